@@ -1,0 +1,130 @@
+"""contextengine: conversation context management for LLM agents.
+
+Every public name is importable from here; the modules behind them are
+implementation detail. See the README for the architecture and
+``contextengine/engine.py`` for the engine lifecycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from contextengine.async_host import AsyncContextHost
+from contextengine.engine import (
+    ContextEngine,
+    automatic_compaction_status_message,
+    call_with_supported_kwargs,
+    sanitize_memory_context,
+)
+from contextengine.engines.compressor import (
+    CompressionReport,
+    ContextCompressor,
+    is_summary_message,
+)
+from contextengine.engines.lossless import LosslessEngine
+from contextengine.errors import (
+    ConfigError,
+    ContextEngineError,
+    EngineLoadError,
+    EngineNotFoundError,
+    FormatError,
+    InvalidMessagesError,
+    StoreError,
+    SummarizerAuthError,
+    SummarizerError,
+    SummarizerTransientError,
+    VocabularyError,
+)
+from contextengine.events import CompactionEvent, HostEvent, Observer
+from contextengine.formats import Session, load_session, load_sessions
+from contextengine.host import ContextHost
+from contextengine.messages import (
+    from_anthropic,
+    sanitize_tool_pairs,
+    to_anthropic,
+    validate_messages,
+)
+from contextengine.overflow import is_context_overflow_error
+from contextengine.redact import redact
+from contextengine.registry import available_engines, load_engine
+from contextengine.store import SQLiteStore, Store, open_store
+from contextengine.summarizers import (
+    DeterministicSummarizer,
+    OpenAICompatibleSummarizer,
+    Summarizer,
+    SummaryRequest,
+    summarizer_from_env,
+)
+from contextengine.tokens import count_message_tokens, count_tokens, estimate_tokens_rough
+from contextengine.usage import normalize_usage
+
+if TYPE_CHECKING:
+    from contextengine.store.postgres import PostgresStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncContextHost",
+    "CompactionEvent",
+    "CompressionReport",
+    "ConfigError",
+    "ContextCompressor",
+    "ContextEngine",
+    "ContextEngineError",
+    "ContextHost",
+    "DeterministicSummarizer",
+    "EngineLoadError",
+    "EngineNotFoundError",
+    "FormatError",
+    "HostEvent",
+    "InvalidMessagesError",
+    "LosslessEngine",
+    "Observer",
+    "OpenAICompatibleSummarizer",
+    "PostgresStore",
+    "SQLiteStore",
+    "Session",
+    "Store",
+    "StoreError",
+    "Summarizer",
+    "SummarizerAuthError",
+    "SummarizerError",
+    "SummarizerTransientError",
+    "SummaryRequest",
+    "VocabularyError",
+    "automatic_compaction_status_message",
+    "available_engines",
+    "call_with_supported_kwargs",
+    "count_message_tokens",
+    "count_tokens",
+    "estimate_tokens_rough",
+    "from_anthropic",
+    "is_context_overflow_error",
+    "is_summary_message",
+    "load_engine",
+    "load_session",
+    "load_sessions",
+    "normalize_usage",
+    "open_store",
+    "redact",
+    "sanitize_memory_context",
+    "sanitize_tool_pairs",
+    "summarizer_from_env",
+    "to_anthropic",
+    "validate_messages",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs the optional psycopg driver: import it only when asked,
+    # and say which extra to install when it is missing.
+    if name == "PostgresStore":
+        try:
+            from contextengine.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ImportError(
+                "PostgresStore needs the PostgreSQL extra: pip install 'contextengine[postgres]'"
+                f" ({exc})"
+            ) from exc
+        return PostgresStore
+    raise AttributeError(f"module 'contextengine' has no attribute {name!r}")

@@ -1,0 +1,262 @@
+"""``contextengine chat`` (the reference agent) and ``contextengine sessions``.
+
+``chat`` is an interactive terminal agent against any OpenAI-compatible
+endpoint, with the configured context engine managing its context: answers
+stream, the engine's tools are offered to the model, each automatic compaction
+prints a one-line notice, and the session is saved after every turn. Slash
+commands::
+
+    /compress [focus]   compact now, optionally prioritising a topic
+    /status             context usage bar, threshold, compactions
+    /engine             the active engine and its tools
+    /reset              start a new session (the old one stays saved)
+    /quit               save and leave (also Ctrl-D)
+
+``--script FILE`` runs one turn (or slash command) per non-empty line and
+exits: the command's tests drive it that way against the scripted server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import click
+import httpx
+
+from contextengine.chat.agent import ChatAgent, ChatClient
+from contextengine.chat.session_store import SessionStore, data_dir
+from contextengine.config import resolve_config
+from contextengine.events import Event
+from contextengine.host import ContextHost
+from contextengine.registry import load_engine
+
+__all__ = ["chat", "sessions"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_SYSTEM = "You are a helpful assistant."
+_BAR_WIDTH = 20
+
+
+def _notice(event: Event) -> None:
+    """Observer: print the event's user-visible line, if it has one."""
+    if event.message:
+        prefix = "[context]" if event.level == "info" else f"[context {event.level}]"
+        click.echo(f"{prefix} {event.message}")
+
+
+def _status_line(host: ContextHost) -> str:
+    status = host.status()
+    used = int(status.get("last_prompt_tokens") or 0) or int(status.get("rough_tokens") or 0)
+    limit = int(status.get("context_length") or host.context_length) or 1
+    share = min(1.0, used / limit)
+    filled = round(share * _BAR_WIDTH)
+    bar = "█" * filled + "░" * (_BAR_WIDTH - filled)
+    return (
+        f"context [{bar}] {share:.0%} · {used:,} / {limit:,} tokens · "
+        f"threshold {int(status.get('threshold_tokens') or 0):,} · "
+        f"compactions {int(status.get('compression_count') or 0)} · engine {host.engine_name}"
+    )
+
+
+class _Session:
+    """The state of one chat: agent, host, store, and the slash commands."""
+
+    def __init__(self, agent: ChatAgent, store: SessionStore, session_id: str, system: str) -> None:
+        self.agent = agent
+        self.host = agent.host
+        self.store = store
+        self.session_id = session_id
+        self.system = system
+        self.failed_turns = 0
+
+    def save(self) -> None:
+        self.store.save(
+            self.session_id, self.agent.history, model=self.host.model, engine=self.host.engine_name
+        )
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means quit."""
+        name, _, rest = line[1:].partition(" ")
+        name, rest = name.lower(), rest.strip()
+        if name in ("quit", "exit", "q"):
+            return False
+        if name == "compress":
+            self.agent.history = self.host.compress_now(self.agent.history, rest or None)
+            self.save()
+        elif name == "status":
+            click.echo(_status_line(self.host))
+        elif name == "engine":
+            engine = self.host.engine
+            tools = [str((t.get("function") or {}).get("name")) for t in self.host.tool_schemas()]
+            click.echo(
+                f"engine {self.host.engine_name} ({type(engine).__module__}."
+                f"{type(engine).__qualname__}); tools: {', '.join(tools) or 'none'}"
+            )
+        elif name == "reset":
+            self.save()
+            new_id = uuid.uuid4().hex[:12]
+            self.host.reset_session(new_id, self.agent.history)
+            self.session_id = new_id
+            self.agent.history = [{"role": "system", "content": self.system}]
+            click.echo(f"new session {new_id}")
+        else:
+            click.echo("commands: /compress [focus], /status, /engine, /reset, /quit")
+        return True
+
+    def turn(self, text: str) -> None:
+        try:
+            self.agent.run_turn(text)
+            click.echo("")
+        except httpx.HTTPError as exc:
+            self.failed_turns += 1
+            click.echo(f"\nerror: the provider request failed: {exc}")
+        finally:
+            self.save()
+
+    def handle(self, line: str) -> bool:
+        line = line.strip()
+        if not line:
+            return True
+        if line.startswith("/"):
+            return self.command(line)
+        self.turn(line)
+        return True
+
+
+@click.command()
+@click.option(
+    "--base-url",
+    envvar=["CONTEXTENGINE_BASE_URL", "OPENAI_BASE_URL"],
+    default=None,
+    help=f"OpenAI-compatible endpoint (default {DEFAULT_BASE_URL}).",
+)
+@click.option("--model", default=None, help="Model name (default: configured model).")
+@click.option(
+    "--api-key",
+    envvar=["CONTEXTENGINE_API_KEY", "OPENAI_API_KEY"],
+    default="",
+    help="API key (default: $CONTEXTENGINE_API_KEY or $OPENAI_API_KEY).",
+)
+@click.option(
+    "--engine",
+    "engine_name",
+    default=None,
+    help="Context engine name, or module:attribute (default: configured).",
+)
+@click.option(
+    "--context-length",
+    type=int,
+    default=None,
+    help="The model's context window in tokens (default: configured).",
+)
+@click.option(
+    "--system", default=DEFAULT_SYSTEM, show_default=True, help="System prompt of a new session."
+)
+@click.option("--resume", "resume_id", default=None, help="Continue a saved session by id.")
+@click.option(
+    "--script",
+    "script",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Run one turn per non-empty line of FILE, then exit.",
+)
+@click.option(
+    "--cache-control",
+    is_flag=True,
+    help="Add Anthropic-style prompt-cache breakpoints to each request.",
+)
+def chat(
+    base_url: str | None,
+    model: str | None,
+    api_key: str,
+    engine_name: str | None,
+    context_length: int | None,
+    system: str,
+    resume_id: str | None,
+    script: Path | None,
+    cache_control: bool,
+) -> None:
+    """Chat with a model through a context engine (a reference agent).
+
+    Type a message, or a slash command: /compress [focus], /status, /engine,
+    /reset, /quit.
+    """
+    config = resolve_config(model=model, context_length=context_length)
+    if not config.model:
+        raise click.UsageError("no model: pass --model or set CONTEXTENGINE_MODEL")
+    engine = load_engine(engine_name, observers=[_notice])
+    host = ContextHost(
+        engine,
+        model=config.model,
+        context_length=config.context_length,
+        observers=[_notice],
+        cache_control=cache_control,
+    )
+    with (
+        SessionStore(data_dir() / "sessions.db") as store,
+        ChatClient(
+            base_url=base_url or DEFAULT_BASE_URL, model=config.model, api_key=api_key
+        ) as client,
+    ):
+        if resume_id:
+            history = store.load(resume_id)
+            session_id = resume_id
+        else:
+            history = [{"role": "system", "content": system}]
+            session_id = uuid.uuid4().hex[:12]
+        agent = ChatAgent(
+            host,
+            client,
+            history=history,
+            on_text=lambda piece: click.echo(piece, nl=False),
+            on_tool=lambda line: click.echo(f"[tool] {line}"),
+        )
+        session = _Session(agent, store, session_id, system)
+        host.start_session(session_id, resumed=bool(resume_id))
+        click.echo(f"session {session_id} · model {config.model} · engine {host.engine_name}")
+        try:
+            if script is not None:
+                for line in script.read_text(encoding="utf-8").splitlines():
+                    if line.strip():
+                        click.echo(f"> {line.strip()}")
+                    if not session.handle(line):
+                        break
+            else:
+                while True:
+                    try:
+                        line = click.prompt(
+                            "you", prompt_suffix="> ", default="", show_default=False
+                        )
+                    except (EOFError, click.Abort):
+                        break
+                    if not session.handle(line):
+                        break
+        finally:
+            session.save()
+            host.end_session(agent.history)
+        click.echo(
+            f"session {session.session_id} saved; resume with: "
+            f"contextengine chat --resume {session.session_id}"
+        )
+    if session.failed_turns:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.option("--limit", default=20, show_default=True, help="How many sessions to list.")
+def sessions(limit: int) -> None:
+    """List saved chat sessions, most recent first."""
+    with SessionStore(data_dir() / "sessions.db") as store:
+        rows = store.list_sessions(limit)
+    if not rows:
+        click.echo("no saved chat sessions")
+        return
+    import datetime as dt
+
+    for row in rows:
+        when = dt.datetime.fromtimestamp(row.updated_at).strftime("%Y-%m-%d %H:%M")
+        click.echo(
+            f"{row.id}  {when}  {row.message_count:>4} msgs  {row.model or '-'}  "
+            f"{row.engine or '-'}  {row.title}"
+        )

@@ -1,0 +1,392 @@
+"""The ``ContextEngine`` contract and the helpers every host needs to drive it.
+
+A context engine decides when a conversation is compacted and what the model
+sees. Exactly one engine is active per agent; the host
+(:class:`contextengine.ContextHost`, or any agent loop that follows the same
+order) calls its hooks in this lifecycle::
+
+    update_model(...)                      at construction and on every model switch
+    on_session_start(session_id)           once, at a real session boundary
+    ┌ per request ──────────────────────────────────────────────────────────────┐
+    │ should_defer_preflight_to_real_usage / should_compress(_info)             │
+    │ should_compress_preflight → compress(...)        (preflight, rare)        │
+    │ select_context(...)          request-only view, never persisted           │
+    │ update_from_response(usage)  after every provider response                │
+    │ should_compress → compress   or prune_tool_results_only (after tool calls)│
+    └ on_turn_complete(messages, usage)  observation, once per finished turn ──┘
+    on_session_end(session_id, messages)   once, at a real session boundary
+    on_session_reset()                     when the user starts over
+
+The method names and signatures are public API: engines written against this
+contract must keep working, so new information reaches hooks as new keyword
+arguments that :func:`call_with_supported_kwargs` filters for old engines.
+
+Token state lives in plain integer attributes that hosts read directly;
+``last_prompt_tokens == -1`` means "compaction just ran, waiting for real
+usage". Every default below is a class attribute, so an engine that never calls
+``super().__init__()`` still satisfies the contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from contextengine.redact import redact
+
+__all__ = [
+    "ContextEngine",
+    "automatic_compaction_status_message",
+    "call_with_supported_kwargs",
+    "sanitize_memory_context",
+]
+
+Message = dict[str, Any]
+T = TypeVar("T")
+
+#: Bounds of :func:`sanitize_memory_context`.
+MEMORY_CONTEXT_MAX_CHARS = 6_000
+MEMORY_CONTEXT_HEAD_CHARS = 4_000
+MEMORY_CONTEXT_TAIL_CHARS = 1_500
+
+
+class ContextEngine(ABC):
+    """A strategy that manages one agent's conversation context.
+
+    Subclasses implement :attr:`name`, :meth:`update_from_response`,
+    :meth:`should_compress` and :meth:`compress`; every other hook has a safe
+    default that leaves the conversation untouched. Hooks say in their
+    docstring whether they *observe* (no effect on what is sent), *transform*
+    (return a new message list) or *recover* (run after a failure).
+    """
+
+    # Token state: engines keep it current, hosts read it directly.
+    last_prompt_tokens: int = 0
+    last_completion_tokens: int = 0
+    last_total_tokens: int = 0
+    threshold_tokens: int = 0
+    context_length: int = 0
+    compression_count: int = 0
+
+    # Configuration defaults.
+    model: str = ""
+    threshold_percent: float = 0.75
+    #: Non-system head messages kept verbatim, besides the always-kept system prompt.
+    protect_first_n: int = 3
+    protect_last_n: int = 6
+    #: False makes the host's one-line notice for a successful automatic
+    #: compaction silent; warnings, errors and manual results are never silenced.
+    emit_automatic_compaction_status: bool = True
+    #: Per-model threshold overrides: the longest key that is a substring of the
+    #: model name wins. Never mutated in place; assign a new dict per instance.
+    model_thresholds: dict[str, float] = {}  # noqa: RUF012 - read-only default, see above
+    # The threshold_percent configured before any per-model override applied;
+    # snapshotted on the first update_model so that switching back restores it.
+    _configured_threshold_percent: float | None = None
+
+    # ------------------------------------------------------------------ required
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Short identifier of the engine, such as ``"compressor"`` or ``"lcm"``."""
+
+    @abstractmethod
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        """Observe the usage of a provider response.
+
+        Called by the host after every response, with the provider's usage (the
+        host passes it through :func:`~contextengine.normalize_usage` first).
+        Engines update ``last_prompt_tokens`` and friends here.
+        """
+
+    @abstractmethod
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """Whether the conversation must be compacted now.
+
+        Called by the host after tool calls and before a request (preflight).
+        ``prompt_tokens`` is a fresh count when the host has one; otherwise the
+        engine decides from ``last_prompt_tokens``.
+        """
+
+    @abstractmethod
+    def compress(
+        self,
+        messages: list[Message],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[Message]:
+        """Transform: return a valid OpenAI-format message list that fits the budget.
+
+        Called by the host when :meth:`should_compress` says so, on provider
+        overflow, and for a manual ``/compress`` (``force=True``, with the
+        user's ``focus_topic``). ``force`` bypasses engine-owned cooldowns;
+        ``memory_context`` is text from a memory provider for the summary
+        prompt. The input list must not be mutated.
+        """
+
+    # ------------------------------------------------------------------ decisions
+
+    def should_compress_info(self, prompt_tokens: int | None = None) -> tuple[bool, str | None]:
+        """Like :meth:`should_compress`, plus the reason when it says no.
+
+        Engines with block reasons (a cooldown, anti-thrashing) override this
+        so hosts can warn instead of silently skipping. Default:
+        ``(should_compress(prompt_tokens), None)``.
+        """
+        return self.should_compress(prompt_tokens), None
+
+    def should_compress_preflight(self, messages: list[Message]) -> bool:
+        """Whether to compact before sending, judged on the messages themselves.
+
+        Called by the host before a request when no real usage is available
+        yet (a resumed session, a big pasted input). Default: False.
+        """
+        return False
+
+    def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
+        """Whether to skip the preflight check and wait for the provider's real count.
+
+        Called by the host before a request with the rough estimate of the
+        request. Default: False (preflight decides on the estimate).
+        """
+        return False
+
+    def has_content_to_compress(self, messages: list[Message]) -> bool:
+        """Whether :meth:`compress` could free anything; False skips a manual compress.
+
+        Called by the host on a manual ``/compress`` before calling
+        :meth:`compress`. Default: True.
+        """
+        return True
+
+    # ------------------------------------------------------------------ transforms
+
+    def prune_tool_results_only(
+        self, messages: list[Message], current_tokens: int | None = None
+    ) -> tuple[list[Message], int]:
+        """Transform without a model: trim old tool-result payloads.
+
+        Called by the host after tool calls when :meth:`should_compress` says
+        no, on the engine's own low, cost-oriented trigger. Returns the new
+        list and the tokens reclaimed. Default: the very same list object and 0,
+        which tells the host that nothing changed.
+        """
+        return messages, 0
+
+    def select_context(
+        self,
+        request_messages: list[Message],
+        *,
+        conversation_messages: list[Message] | None = None,
+        incoming_message: Message | None = None,
+        budget_tokens: int = 0,
+    ) -> list[Message] | None:
+        """Transform this one request before generation (retrieval, topic routing).
+
+        Called by the host for every request, after preflight compaction. The
+        result is sent instead of ``request_messages`` for this request only and
+        is never persisted. Default: None, which leaves the request
+        byte-identical.
+        """
+        return None
+
+    # ------------------------------------------------------------------ observation
+
+    def on_turn_complete(  # noqa: B027 - an optional hook: doing nothing is its default
+        self, messages: list[Message], usage: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        """Observe a finished turn.
+
+        Called by the host once per turn with a read-only copy of the
+        conversation. ``usage`` is None when no response was reached; kwargs may
+        carry ``turn_id``, ``interrupted`` and ``failed``. Default: nothing.
+        """
+
+    def get_automatic_compaction_status_message(
+        self, *, phase: str, default_message: str, **context: Any
+    ) -> str | None:
+        """Customise the one-line notice of a successful automatic compaction.
+
+        Called through :func:`automatic_compaction_status_message`. Return None
+        to use ``default_message``; return an empty string to stay silent.
+        Default: None.
+        """
+        return None
+
+    # ------------------------------------------------------------------ session
+
+    def on_session_start(  # noqa: B027 - an optional hook: doing nothing is its default
+        self, session_id: str, **kwargs: Any
+    ) -> None:
+        """Observe the start (or resumption) of a session: a real boundary only.
+
+        Called by the host once per session, never per turn. Default: nothing.
+        """
+
+    def on_session_end(  # noqa: B027 - an optional hook: doing nothing is its default
+        self, session_id: str, messages: list[Message]
+    ) -> None:
+        """Observe the end of a session: a real boundary only, never per turn.
+
+        Called by the host when the user quits or the session is replaced.
+        Default: nothing.
+        """
+
+    def on_session_reset(self) -> None:
+        """Recover: forget the per-conversation token state when the user starts over.
+
+        Called by the host between :meth:`on_session_end` and the next
+        :meth:`on_session_start`. Default: zeroes the ``last_*`` token fields
+        and ``compression_count``.
+        """
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
+        self.last_total_tokens = 0
+        self.compression_count = 0
+
+    # ------------------------------------------------------------------ tools
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """Tools this engine offers the model, as OpenAI function schemas. Default: []."""
+        return []
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        """Run one of this engine's tools; the result is always a JSON string.
+
+        Called by the host when the model calls a tool named in
+        :meth:`get_tool_schemas`. Default: a JSON error for any name.
+        """
+        return json.dumps({"error": f"Unknown context engine tool: {name}"})
+
+    # ------------------------------------------------------------------ status and model
+
+    def get_status(self) -> dict[str, Any]:
+        """A snapshot for status lines: tokens, threshold, usage percent, compactions."""
+        prompt = max(0, self.last_prompt_tokens)
+        percent = 0.0
+        if self.context_length > 0:
+            percent = min(100.0, max(0.0, 100.0 * prompt / self.context_length))
+        return {
+            "last_prompt_tokens": prompt,
+            "threshold_tokens": self.threshold_tokens,
+            "context_length": self.context_length,
+            "usage_percent": percent,
+            "compression_count": self.compression_count,
+        }
+
+    def update_model(
+        self,
+        model: str,
+        context_length: int,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+    ) -> None:
+        """Adopt a model and its context length; recompute ``threshold_tokens``.
+
+        Called by the host at construction and on every model switch.
+        ``threshold_tokens = int(context_length * percent)``, where percent is
+        the per-model override from :attr:`model_thresholds` (longest substring
+        match of the model name) or else the percent configured before any
+        override, so switching back to an unmatched model restores it.
+        """
+        if self._configured_threshold_percent is None:
+            self._configured_threshold_percent = self.threshold_percent
+        percent = self._configured_threshold_percent
+        matches = [key for key in self.model_thresholds if key and key in model]
+        if matches:
+            percent = self.model_thresholds[max(matches, key=len)]
+        self.model = model
+        self.context_length = int(context_length)
+        self.threshold_percent = percent
+        self.threshold_tokens = int(self.context_length * percent)
+
+
+def automatic_compaction_status_message(
+    engine: ContextEngine, *, phase: str, default_message: str, **context: Any
+) -> str | None:
+    """The user-visible line for a successful automatic compaction, or None for silence.
+
+    None when the engine sets ``emit_automatic_compaction_status = False``;
+    otherwise the engine's :meth:`~ContextEngine.get_automatic_compaction_status_message`
+    result when it gives one, else ``default_message``. An empty or blank
+    result means None. Hosts use this only for automatic successes: warnings,
+    errors and manual compress results are always shown.
+    """
+    if not getattr(engine, "emit_automatic_compaction_status", True):
+        return None
+    custom_hook = getattr(engine, "get_automatic_compaction_status_message", None)
+    message: str | None = None
+    if callable(custom_hook):
+        message = custom_hook(phase=phase, default_message=default_message, **context)
+    if message is None:
+        message = default_message
+    return message if message and message.strip() else None
+
+
+_SIGNATURES: dict[Any, tuple[bool, frozenset[str]] | None] = {}
+
+
+def _accepted_keywords(fn: Callable[..., Any]) -> tuple[bool, frozenset[str]] | None:
+    """(accepts **kwargs, names accepted by keyword), or None when not introspectable."""
+    key = getattr(fn, "__func__", fn)
+    try:
+        return _SIGNATURES[key]
+    except (KeyError, TypeError):
+        pass
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        found = None
+    else:
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        names = frozenset(
+            p.name
+            for p in params
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        )
+        found = (var_kw, names)
+    with contextlib.suppress(TypeError):  # an unhashable callable is just not cached
+        _SIGNATURES[key] = found
+    return found
+
+
+def call_with_supported_kwargs(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn`` with only the keyword arguments its signature accepts.
+
+    A callee with ``**kwargs`` accepts all of them; one whose signature cannot
+    be inspected gets them all too. This keeps engines written against an older
+    contract (say ``compress(messages, current_tokens=None)``) working when the
+    host passes newer arguments. ``fn`` is called exactly once, and an exception
+    raised inside it propagates unchanged: nothing is retried.
+    """
+    accepted = _accepted_keywords(fn)
+    if accepted is not None:
+        var_kw, names = accepted
+        if not var_kw:
+            kwargs = {k: v for k, v in kwargs.items() if k in names}
+    return fn(*args, **kwargs)
+
+
+def sanitize_memory_context(text: str) -> str:
+    """Prepare memory-provider text for a summary prompt.
+
+    Strips surrounding whitespace, redacts secrets, and bounds the result to
+    6,000 characters by keeping the first 4,000 and the last 1,500 around a
+    truncation marker (the start usually holds the durable facts, the end the
+    most recent ones).
+    """
+    cleaned = redact((text or "").strip())
+    if len(cleaned) <= MEMORY_CONTEXT_MAX_CHARS:
+        return cleaned
+    dropped = len(cleaned) - MEMORY_CONTEXT_HEAD_CHARS - MEMORY_CONTEXT_TAIL_CHARS
+    marker = f"\n[... {dropped} characters of memory context truncated ...]\n"
+    return cleaned[:MEMORY_CONTEXT_HEAD_CHARS] + marker + cleaned[-MEMORY_CONTEXT_TAIL_CHARS:]

@@ -1,0 +1,672 @@
+"""``ContextCompressor``: the default engine — prune, then summarise the middle.
+
+The host drives it through the :class:`~contextengine.ContextEngine` lifecycle:
+after every provider response it calls :meth:`ContextCompressor.update_from_response`,
+then :meth:`~ContextCompressor.should_compress` and, when that says yes,
+:meth:`~ContextCompressor.compress`. One compaction runs these steps:
+
+1. **Head**: the system prompt, byte-identical, plus ``protect_first_n``
+   messages on the first compaction; once a summary exists, the system prompt
+   and that summary only (see :mod:`.boundaries`).
+2. **Tail**: the recent messages within ``tail_token_budget``, at least
+   ``protect_last_n`` of them, always with the latest real user message and
+   its turn, never splitting a tool call from its results.
+3. **Pass 1** (no model, :mod:`.prune`): descriptors for big tool outputs,
+   pointers for repeated ones, shrunk arguments. When the conversation then
+   fits under ``target_tokens`` compaction stops here.
+4. **Pass 2**: the middle, as it was before pass 1, bounded, stripped of
+   thinking blocks and redacted (:mod:`.request`), goes to the summariser in a
+   :class:`~contextengine.summarizers.SummaryRequest`.
+5. The summary enters as one framed message (:mod:`.summary`).
+6. The output is validated, never bigger than the input, and the input list
+   is never mutated.
+7. :attr:`ContextCompressor.last_compression` reports the attempt.
+
+Failures never lose data: an auth error aborts and returns the messages
+unchanged; any other summariser failure falls back to the offline
+:class:`~contextengine.DeterministicSummarizer` and starts a cooldown (60 s,
+300 s, 900 s) for automatic compaction. Two compactions in a row that leave
+the next real prompt over the threshold block automatic compaction as
+``"ineffective"``, with one retry after every three blocked turns, so a
+context whose floor is above the threshold is compacted at most 3 times in
+any 6 turns.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engines.compressor.boundaries import (
+    LazyTokens,
+    Regions,
+    input_index,
+    select_regions,
+)
+from contextengine.engines.compressor.prune import prune_region
+from contextengine.engines.compressor.request import outbound_region
+from contextengine.engines.compressor.summary import is_summary_message, place_summary
+from contextengine.errors import SummarizerAuthError
+from contextengine.messages import sanitize_tool_pairs, validate_messages
+from contextengine.summarizers import Summarizer, SummaryRequest
+from contextengine.summary_prompt import render_summary_prompt
+from contextengine.tokens import (
+    REPLY_PRIMING_TOKENS,
+    count_tokens,
+    estimate_tokens_rough,
+    message_tokens,
+)
+from contextengine.usage import normalize_usage
+
+__all__ = [
+    "COOLDOWN_STEPS_S",
+    "DEFAULT_SUMMARY_INPUT_CHARS",
+    "CompressionReport",
+    "ContextCompressor",
+]
+
+Message = dict[str, Any]
+
+#: Cooldowns after the 1st, 2nd and every later consecutive summariser failure.
+COOLDOWN_STEPS_S = (60.0, 300.0, 900.0)
+#: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
+MIN_PRUNE_RECLAIM_TOKENS = 4_096
+# Consecutive ineffective compactions that block automatic compaction, and the
+# blocked real readings after which one more attempt is allowed. With 2 and 3,
+# attempts land on turns 1, 2, 6, 10, ...: never more than 3 in any 6 turns.
+_INEFFECTIVE_LIMIT = 2
+_THRASH_RETRY_TURNS = 3
+# Rough growth since the last real reading below which preflight waits for the
+# provider's count, as a share of the threshold.
+_SMALL_GROWTH_SHARE = 0.1
+#: Default characters of the middle sent in full to the summariser (newest first).
+#: About 12k tokens: several times the summary budget, so the summary has room
+#: to choose, while compacting a huge imported session stays as cheap as a normal one.
+DEFAULT_SUMMARY_INPUT_CHARS = 48_000
+#: Ranges of more messages than this are sized with the rough estimate, not counted.
+EXACT_COUNT_LIMIT = 1_000
+
+
+@dataclass
+class CompressionReport:
+    """What the last :meth:`ContextCompressor.compress` call did (``last_compression``)."""
+
+    #: True when the messages were returned unchanged.
+    aborted: bool = False
+    #: True when the deterministic fallback wrote the summary.
+    fallback_used: bool = False
+    #: ``"pruned"``, ``"summarized"``, or why it aborted or fell back.
+    reason: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    messages_before: int = 0
+    messages_after: int = 0
+    #: Calls to a summariser, the fallback included; 0 when pass 1 sufficed.
+    summarizer_calls: int = 0
+    duration_s: float = 0.0
+    #: Tool outputs replaced by descriptors in pass 1.
+    pruned_results: int = 0
+    #: Tool outputs replaced by a pointer to an identical earlier one.
+    duplicate_outputs: int = 0
+    #: Tool calls whose arguments were shrunk.
+    shrunk_arguments: int = 0
+    #: Messages folded into the summary (0 when pass 1 sufficed).
+    summarized_messages: int = 0
+
+
+class ContextCompressor(ContextEngine):
+    """The default context engine: prune old tool traffic, then summarise the middle.
+
+    Keyword-only configuration; every budget left as None is derived from the
+    model's context length by :meth:`update_model`, and re-derived on every
+    model switch:
+
+    * ``tail_token_budget``: 20% of ``threshold_tokens``;
+    * ``summary_token_budget``: 5% of ``context_length``, between 1,000 and 10,000;
+    * ``target_tokens``: ``target_percent`` (50%) of ``threshold_tokens`` — pass 1
+      alone is enough when it brings the conversation under this;
+    * ``summarizer``: :class:`~contextengine.DeterministicSummarizer` (offline).
+
+    ``summary_input_chars`` bounds how much of the middle is sent to the
+    summariser in full (newest first; see :mod:`.request`).
+    ``clock`` (seconds, monotonic) times the cooldowns; tests inject a fake.
+    ``proactive_prune_tokens`` opts in to :meth:`prune_tool_results_only`.
+    """
+
+    def __init__(
+        self,
+        *,
+        context_length: int,
+        model: str = "",
+        summarizer: Summarizer | None = None,
+        threshold_percent: float = 0.75,
+        protect_first_n: int = 3,
+        protect_last_n: int = 6,
+        tail_token_budget: int | None = None,
+        summary_token_budget: int | None = None,
+        model_thresholds: dict[str, float] | None = None,
+        proactive_prune_tokens: int | None = None,
+        target_percent: float = 0.5,
+        target_tokens: int | None = None,
+        summary_input_chars: int = DEFAULT_SUMMARY_INPUT_CHARS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if int(context_length) <= 0:
+            raise ValueError(f"context_length must be positive, got {context_length!r}")
+        if not 0 < threshold_percent <= 1:
+            raise ValueError(f"threshold_percent must be in (0, 1], got {threshold_percent!r}")
+        if not 0 < target_percent <= 1:
+            raise ValueError(f"target_percent must be in (0, 1], got {target_percent!r}")
+        if protect_first_n < 0 or protect_last_n < 0:
+            raise ValueError("protect_first_n and protect_last_n must be >= 0")
+        self.threshold_percent = threshold_percent
+        self.protect_first_n = protect_first_n
+        self.protect_last_n = protect_last_n
+        self.model_thresholds = dict(model_thresholds or {})
+        self.proactive_prune_tokens = proactive_prune_tokens
+        self.target_percent = target_percent
+        self.summary_input_chars = summary_input_chars
+        self._tail_budget_setting = tail_token_budget
+        self._summary_budget_setting = summary_token_budget
+        self._target_setting = target_tokens
+        self._summarizer = summarizer
+        self._clock = clock
+        self.last_compression: CompressionReport | None = None
+        self._failures = 0
+        self._cooldown_until = 0.0
+        self._ineffective_streak = 0
+        self._blocked_turns = 0
+        self._awaiting_verdict = False
+        self._pending_rough: int | None = None
+        self._rough_at_usage: int | None = None
+        self.tail_token_budget = 0
+        self.summary_token_budget = 0
+        self.target_tokens = 0
+        self.update_model(model, context_length)
+
+    @property
+    def name(self) -> str:
+        return "compressor"
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """The configured summariser, or the offline default (built on first use)."""
+        if self._summarizer is None:
+            self._summarizer = _deterministic()
+        return self._summarizer
+
+    # ------------------------------------------------------------------ model and usage
+
+    def update_model(
+        self,
+        model: str,
+        context_length: int,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+    ) -> None:
+        """Adopt a model; re-derive the budgets and clear the anti-thrash block.
+
+        Called at construction and by the host on every model switch: a new
+        context length makes the old "ineffective" verdict meaningless.
+        """
+        super().update_model(model, context_length, base_url, api_key, provider, api_mode)
+        threshold = self.threshold_tokens
+        self.tail_token_budget = (
+            self._tail_budget_setting
+            if self._tail_budget_setting is not None
+            else int(threshold * 0.2)
+        )
+        self.summary_token_budget = (
+            self._summary_budget_setting
+            if self._summary_budget_setting is not None
+            else max(1_000, min(int(self.context_length * 0.05), 10_000))
+        )
+        self.target_tokens = (
+            self._target_setting
+            if self._target_setting is not None
+            else int(threshold * self.target_percent)
+        )
+        self._clear_thrash()
+
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        """Observe a response's usage; judge the last compaction on the real count.
+
+        Called by the host after every provider response. The usage is
+        normalised (any provider shape). A reading under the threshold clears
+        the anti-thrash block; the first reading after a compaction that is
+        still at or over it counts that compaction as ineffective.
+        """
+        normalized = normalize_usage(usage)
+        prompt = normalized["prompt_tokens"]
+        self.last_prompt_tokens = prompt
+        self.last_completion_tokens = normalized["completion_tokens"]
+        self.last_total_tokens = normalized["total_tokens"]
+        if prompt <= 0:
+            return  # no usage reported: nothing to judge on
+        self._rough_at_usage = self._pending_rough
+        if prompt < self.threshold_tokens:
+            self._clear_thrash()
+        elif self._awaiting_verdict:
+            self._ineffective_streak += 1
+            self._blocked_turns = 0
+        elif self._ineffective_streak >= _INEFFECTIVE_LIMIT:
+            self._blocked_turns += 1
+        self._awaiting_verdict = False
+
+    # ------------------------------------------------------------------ decisions
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """True when the prompt is at or over the threshold and nothing blocks compaction."""
+        return self.should_compress_info(prompt_tokens)[0]
+
+    def should_compress_info(self, prompt_tokens: int | None = None) -> tuple[bool, str | None]:
+        """The decision and, when it is no, why: ``"below_threshold"``,
+        ``"cooldown:<seconds>"`` or ``"ineffective"``."""
+        tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        if tokens < self.threshold_tokens:
+            return False, "below_threshold"
+        remaining = self._cooldown_remaining()
+        if remaining > 0:
+            return False, f"cooldown:{math.ceil(remaining)}"
+        if (
+            self._ineffective_streak >= _INEFFECTIVE_LIMIT
+            and self._blocked_turns < _THRASH_RETRY_TURNS
+        ):
+            return False, "ineffective"
+        return True, None
+
+    def should_compress_preflight(self, messages: list[Message]) -> bool:
+        """True when the rough estimate of ``messages`` is at or over the threshold."""
+        return estimate_tokens_rough(messages) >= self.threshold_tokens
+
+    def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
+        """True right after a compaction until real usage arrives, and while the
+        last real count fit and the rough growth since then is small.
+
+        Called by the host before each request with the request's rough
+        estimate; the estimate seen just before a real reading becomes the
+        baseline the next growth is measured from.
+        """
+        self._pending_rough = rough_tokens
+        if self.last_prompt_tokens == -1:
+            return True
+        last = self.last_prompt_tokens
+        if last <= 0 or last >= self.threshold_tokens:
+            return False
+        baseline = self._rough_at_usage if self._rough_at_usage is not None else last
+        growth = rough_tokens - baseline
+        return (
+            growth <= self.threshold_tokens * _SMALL_GROWTH_SHARE
+            and last + max(0, growth) < self.threshold_tokens
+        )
+
+    def has_content_to_compress(self, messages: list[Message]) -> bool:
+        """False when every message is protected (head, tail): compress would do nothing."""
+        if not messages:
+            return False
+        regions = self._regions(messages, LazyTokens(messages, self._count))
+        return bool(regions.middle())
+
+    # ------------------------------------------------------------------ transforms
+
+    def compress(
+        self,
+        messages: list[Message],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[Message]:
+        """Transform: prune, and summarise the middle when pruning is not enough.
+
+        Called by the host when :meth:`should_compress` says so, on provider
+        overflow, and for a manual compress (``force=True``, which also lifts
+        the cooldown and the anti-thrash block). Returns a new list, or the
+        input unchanged when the attempt aborted; ``last_compression`` says
+        which. The engine counts the head and tail itself (cached);
+        ``current_tokens``, the host's count of the whole list, is used only
+        for a middle too long to count (over 1,000 messages).
+        """
+        started = time.perf_counter()
+        report = CompressionReport(messages_before=len(messages))
+        self.last_compression = report
+        if force:
+            self._clear_thrash()
+        try:
+            result = self._compress(
+                messages, report, current_tokens, focus_topic, force, memory_context
+            )
+        finally:
+            report.duration_s = time.perf_counter() - started
+        return result
+
+    def prune_tool_results_only(
+        self, messages: list[Message], current_tokens: int | None = None
+    ) -> tuple[list[Message], int]:
+        """Transform without a model: descriptors for old tool outputs outside the tail.
+
+        Called by the host after tool calls when :meth:`should_compress` says
+        no. Opt-in through ``proactive_prune_tokens``: runs only when the
+        context is at least that big, and commits only when it reclaims at
+        least 4,096 tokens, because every prune invalidates the provider's
+        prompt cache from the first changed message on. Otherwise returns the
+        very same list object and 0. Idempotent; tool pairs stay intact.
+        """
+        if self.proactive_prune_tokens is None or not messages:
+            return messages, 0
+        tokens = LazyTokens(messages, self._count)
+        current = current_tokens
+        if current is None or current <= 0:
+            current = (
+                self.last_prompt_tokens
+                if self.last_prompt_tokens > 0
+                else estimate_tokens_rough(messages)
+            )
+        if current < self.proactive_prune_tokens:
+            return messages, 0
+        regions = self._regions(messages, tokens)
+        start, end = (
+            input_index(regions, regions.head_end),
+            input_index(regions, regions.tail_start),
+        )
+        pruned = prune_region(messages[start:end])
+        reclaimed = sum(tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed)
+        if reclaimed < MIN_PRUNE_RECLAIM_TOKENS:
+            return messages, 0
+        return [*messages[:start], *pruned.messages, *messages[end:]], reclaimed
+
+    # ------------------------------------------------------------------ internals
+
+    def _count(self, msg: Message) -> int:
+        return message_tokens(msg, self.model or None)
+
+    def _regions(self, messages: list[Message], tokens: LazyTokens) -> Regions:
+        # The latest turn is kept whole only while it fits in what is left once
+        # the summary is written; beyond that its user message is pinned instead.
+        turn_cap = max(self.tail_token_budget, self.target_tokens - self.summary_token_budget)
+        return select_regions(
+            messages,
+            tokens=tokens,
+            count=self._count,
+            is_summary=is_summary_message,
+            protect_first_n=self.protect_first_n,
+            protect_last_n=self.protect_last_n,
+            tail_token_budget=self.tail_token_budget,
+            turn_cap=turn_cap,
+        )
+
+    def _range_tokens(self, tokens: LazyTokens, messages: list[Message], a: int, b: int) -> int:
+        """Tokens of ``messages[a:b]``: exact, or estimated for a range too long to count.
+
+        A range over :data:`EXACT_COUNT_LIMIT` messages only arises when a huge
+        history is compacted at once; it is summarised anyway, and its size
+        only has to be right to within the rough estimate's error.
+        """
+        if b - a <= EXACT_COUNT_LIMIT:
+            return tokens.total(a, b)
+        return estimate_tokens_rough(messages[a:b]) - REPLY_PRIMING_TOKENS
+
+    def _compress(
+        self,
+        messages: list[Message],
+        report: CompressionReport,
+        current_tokens: int | None,
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+    ) -> list[Message]:
+        body: str | None = None
+        for repaired in (False, True):
+            if repaired:
+                # Broken input (a call without its result, an orphan result) is
+                # repaired and the attempt redone: the output must be valid
+                # whatever came in. Validating the output instead of the input
+                # keeps the common case from walking the whole history.
+                messages = sanitize_tool_pairs(messages)
+            tokens = LazyTokens(messages, self._count)
+            regions = self._regions(messages, tokens)
+            middle = regions.middle()
+            start = input_index(regions, regions.head_end)
+            end = input_index(regions, regions.tail_start)
+            if end - start > EXACT_COUNT_LIMIT and current_tokens:
+                before = current_tokens  # the host's count beats our estimate of a huge range
+            else:
+                before = (
+                    tokens.total(0, start)
+                    + self._range_tokens(tokens, messages, start, end)
+                    + tokens.total(end, len(messages))
+                    + REPLY_PRIMING_TOKENS
+                )
+            report.tokens_before = report.tokens_after = before
+            report.messages_after = len(messages)
+            if not middle:
+                return self._no_change(self._valid(messages), report, "nothing_to_compress")
+
+            # Pass 1 runs over the input's own slots, so a previous summary
+            # between the head and the middle stays exactly where it is. It is
+            # skipped when even pruning every tool payload to nothing could not
+            # reach the target: a summary is needed anyway, and on a huge
+            # history pass 1 would cost more than everything else together.
+            pass1: list[Message] | None = None
+            pass1_tokens = before
+            tool_slots = [
+                i
+                for i in range(start, end)
+                if messages[i].get("role") == "tool" or messages[i].get("tool_calls")
+            ]
+            if len(tool_slots) <= EXACT_COUNT_LIMIT:
+                prunable = sum(tokens[i] for i in tool_slots)
+            else:
+                prunable = estimate_tokens_rough([messages[i] for i in tool_slots])
+            if before - prunable <= self.target_tokens:
+                pruned = prune_region(messages[start:end])
+                report.pruned_results = pruned.results_pruned
+                report.duplicate_outputs = pruned.duplicates
+                report.shrunk_arguments = pruned.arguments_shrunk
+                if pruned.changed:
+                    pass1 = [*messages[:start], *pruned.messages, *messages[end:]]
+                    pass1_tokens = before - sum(
+                        tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed
+                    )
+                    if pass1_tokens <= self.target_tokens:
+                        if not _is_valid(pass1):
+                            continue
+                        return self._commit(pass1, pass1_tokens, report, "pruned")
+
+            # Pass 2: summarise the middle as it was before pass 1.
+            if body is None:
+                middle_tokens = (
+                    before
+                    - REPLY_PRIMING_TOKENS
+                    - regions.tokens.total(0, regions.head_end)
+                    - regions.tokens.total(regions.tail_start, len(regions.work))
+                )
+                if regions.pinned is not None:
+                    middle_tokens -= regions.tokens[regions.pinned]
+                request = self._request(regions, middle, focus_topic, memory_context)
+                body, failure = self._summarize(request, middle_tokens, force, report)
+                if body is None:
+                    return self._abort(self._valid(messages), report, failure)
+            output, after = self._assemble(regions, body)
+            if not _is_valid(output):
+                continue
+            if after >= pass1_tokens:
+                # The summary freed less than pruning alone (a tiny middle):
+                # keep the better of the two, or nothing when neither is smaller.
+                if pass1 is not None and _is_valid(pass1):
+                    return self._commit(pass1, pass1_tokens, report, "pruned")
+                return self._no_change(self._valid(messages), report, "not_smaller")
+            report.summarized_messages = len(middle)
+            return self._commit(output, after, report, report.reason or "summarized")
+        return self._abort(messages, report, "invalid_input")
+
+    @staticmethod
+    def _valid(messages: list[Message]) -> list[Message]:
+        """``messages`` when valid, else their repaired copy: what an abort returns."""
+        return messages if _is_valid(messages) else sanitize_tool_pairs(messages)
+
+    def _request(
+        self,
+        regions: Regions,
+        middle: list[Message],
+        focus_topic: str | None,
+        memory_context: str,
+    ) -> SummaryRequest:
+        sent = outbound_region(middle, budget_chars=self.summary_input_chars)
+        memory = sanitize_memory_context(memory_context)
+        previous = regions.previous_summary
+        return SummaryRequest(
+            messages=sent,
+            previous_summary=previous,
+            focus_topic=focus_topic,
+            memory_context=memory,
+            token_budget=self.summary_token_budget,
+            prompt=render_summary_prompt(
+                messages=sent,
+                previous_summary=previous,
+                focus_topic=focus_topic,
+                memory_context=memory,
+                token_budget=self.summary_token_budget,
+            ),
+            metadata={"engine": self.name, "compression": self.compression_count + 1},
+        )
+
+    def _summarize(
+        self, request: SummaryRequest, input_tokens: int, force: bool, report: CompressionReport
+    ) -> tuple[str | None, str]:
+        """The summary body, or (None, why) when the compaction must abort."""
+        primary = self.summarizer
+        failure = ""
+        if not force and self._cooldown_remaining() > 0:
+            # The failing summariser is not called again before its cooldown ends;
+            # a compaction that must happen anyway (overflow) gets the fallback.
+            failure = "cooldown"
+        else:
+            report.summarizer_calls += 1
+            try:
+                body = primary.summarize(request)
+            except SummarizerAuthError as exc:
+                self._register_failure()
+                return None, f"summarizer_auth: {exc}"
+            except Exception as exc:  # any failure falls back: none may lose data
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
+                failure = _check_summary(body, input_tokens, self.model)
+                if not failure:
+                    self._failures = 0
+                    self._cooldown_until = 0.0
+                    return body.strip(), ""
+            self._register_failure()
+        report.fallback_used = True
+        report.reason = f"fallback: {failure}"[:300]
+        if isinstance(primary, _deterministic_class()) and failure != "cooldown":
+            return None, f"summarizer_failed: {failure}"
+        report.summarizer_calls += 1
+        try:
+            body = _deterministic().summarize(request)
+        except Exception as exc:  # the fallback failing too must not lose data
+            return None, f"fallback_failed: {type(exc).__name__}: {exc}"
+        if not body.strip():
+            return None, "fallback_failed: empty summary"
+        return body.strip(), ""
+
+    def _assemble(self, regions: Regions, body: str) -> tuple[list[Message], int]:
+        work, tokens = regions.work, regions.tokens
+        head = work[: regions.head_end]
+        after_list = work[regions.tail_start :]
+        after_tokens = tokens.total(regions.tail_start, len(work))
+        if regions.pinned is not None:
+            after_list = [work[regions.pinned], *after_list]
+            after_tokens += tokens[regions.pinned]
+        before_msg = head[-1] if head else None
+        first_after = after_list[0] if after_list else None
+        mode, summary_msg = place_summary(before_msg, first_after, body)
+        total = tokens.total(0, regions.head_end) + after_tokens + REPLY_PRIMING_TOKENS
+        total += self._count(summary_msg)
+        if mode == "merged":
+            total -= self._count(after_list[0])
+            output = [*head, summary_msg, *after_list[1:]]
+        else:
+            output = [*head, summary_msg, *after_list]
+        return output, total
+
+    def _commit(
+        self, output: list[Message], tokens_after: int, report: CompressionReport, reason: str
+    ) -> list[Message]:
+        report.reason = reason
+        report.tokens_after = tokens_after
+        report.messages_after = len(output)
+        self.compression_count += 1
+        self.last_prompt_tokens = -1
+        self._awaiting_verdict = True
+        return output
+
+    def _no_change(
+        self, messages: list[Message], report: CompressionReport, reason: str
+    ) -> list[Message]:
+        # A compaction that frees nothing is as ineffective as one whose next
+        # reading stays over the threshold: it counts toward the block at once.
+        self._ineffective_streak += 1
+        self._blocked_turns = 0
+        return self._abort(messages, report, reason)
+
+    def _abort(
+        self, messages: list[Message], report: CompressionReport, reason: str
+    ) -> list[Message]:
+        report.aborted = True
+        report.fallback_used = False
+        report.reason = reason
+        report.tokens_after = report.tokens_before
+        report.messages_after = len(messages)
+        return messages
+
+    def _register_failure(self) -> None:
+        step = COOLDOWN_STEPS_S[min(self._failures, len(COOLDOWN_STEPS_S) - 1)]
+        self._failures += 1
+        self._cooldown_until = self._clock() + step
+
+    def _cooldown_remaining(self) -> float:
+        if self._cooldown_until <= 0:
+            return 0.0
+        return max(0.0, self._cooldown_until - self._clock())
+
+    def _clear_thrash(self) -> None:
+        self._ineffective_streak = 0
+        self._blocked_turns = 0
+        self._awaiting_verdict = False
+
+
+def _is_valid(messages: list[Message]) -> bool:
+    try:
+        validate_messages(messages)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_summary(body: Any, input_tokens: int, model: str) -> str:
+    """Why a summariser's answer is unusable, or "" when it is fine."""
+    if not isinstance(body, str) or not body.strip():
+        return "empty summary"
+    if count_tokens(body, model or None) > input_tokens:
+        return "summary longer than its input"
+    return ""
+
+
+def _deterministic_class() -> type[Any]:
+    # Imported late: the summarisers module imports engine-level helpers, and the
+    # compressor must stay importable for engines that never summarise.
+    from contextengine.summarizers import DeterministicSummarizer
+
+    return DeterministicSummarizer
+
+
+def _deterministic() -> Summarizer:
+    summarizer: Summarizer = _deterministic_class()()
+    return summarizer

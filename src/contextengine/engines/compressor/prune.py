@@ -1,0 +1,251 @@
+"""Pass 1 of compaction: shrink old tool traffic without calling a model.
+
+Most of an agent's context is tool output it has already acted on: files it
+read, test logs, search results. Before any summary is written, the messages
+between the kept head and the kept tail are pruned mechanically:
+
+* a tool result over :data:`PRUNE_MIN_CHARS` characters becomes a one-line
+  descriptor naming the tool, its key arguments, the output's size and the
+  exit status when the output shows one
+  (``[tool output pruned: bash(command=pytest -x) → 12,034 chars, 210 lines, exit 1]``);
+* a tool output identical to an earlier one becomes a pointer to the first;
+* tool-call arguments over :data:`ARGS_MAX_CHARS` characters are shrunk while
+  staying valid JSON (long string values are cut, with a note of how much).
+
+Every call keeps its id and every result keeps its ``tool_call_id``, so tool
+pairs stay intact; only payloads change. Pruning is idempotent: a descriptor
+or pointer is shorter than the pruning limit and is never pruned again. The
+input messages are never mutated; changed ones are new dicts.
+
+The engine runs :func:`prune_region` as pass 1 of ``compress`` and, on its
+own cheap trigger, from ``prune_tool_results_only``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ARGS_MAX_CHARS",
+    "DESCRIPTOR_PREFIX",
+    "POINTER_PREFIX",
+    "PRUNE_MIN_CHARS",
+    "PruneResult",
+    "describe_tool_output",
+    "prune_region",
+    "shrink_arguments",
+]
+
+Message = dict[str, Any]
+
+#: Tool results longer than this many characters are replaced by a descriptor.
+PRUNE_MIN_CHARS = 200
+#: Tool-call arguments longer than this many characters are shrunk.
+ARGS_MAX_CHARS = 500
+DESCRIPTOR_PREFIX = "[tool output pruned: "
+POINTER_PREFIX = "[same output as "
+
+# Argument names that identify what a call did, most telling first. When none
+# is present the first scalar arguments are shown instead.
+_KEY_ARGS = (
+    "command",
+    "cmd",
+    "path",
+    "file_path",
+    "filepath",
+    "file",
+    "filename",
+    "url",
+    "query",
+    "pattern",
+    "name",
+    "id",
+)
+_MAX_KEY_ARGS = 2
+_MAX_ARG_VALUE_CHARS = 60
+# Exit statuses are looked for only near the ends of an output, where shells,
+# test runners and agent harnesses print them; scanning a 400k-char log is waste.
+_STATUS_WINDOW = 2_000
+_EXIT_STATUS = re.compile(
+    r"<returncode>\s*(-?\d+)\s*</returncode>"
+    r"|\bexit(?:ed)?(?: with)?(?: code| status)\s*[:=]?\s*(-?\d+)"
+    r"|\"(?:exit_code|returncode|exit_status|exitCode)\"\s*:\s*(-?\d+)",
+    re.IGNORECASE,
+)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message content: the string itself or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _parse_args(arguments: Any) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return None
+    return None
+
+
+def _one_line(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _key_args(arguments: Any) -> str:
+    """``key=value`` pairs that identify a call, bounded to one short line."""
+    parsed = _parse_args(arguments)
+    if not isinstance(parsed, dict):
+        return _one_line(arguments, _MAX_ARG_VALUE_CHARS) if arguments else ""
+    scalars = {k: v for k, v in parsed.items() if isinstance(v, str | int | float | bool)}
+    keys = [k for k in _KEY_ARGS if k in scalars][:_MAX_KEY_ARGS]
+    if not keys:
+        keys = list(scalars)[:_MAX_KEY_ARGS]
+    return ", ".join(f"{k}={_one_line(scalars[k], _MAX_ARG_VALUE_CHARS)}" for k in keys)
+
+
+def _exit_status(text: str) -> str | None:
+    windows = (
+        (text,)
+        if len(text) <= 2 * _STATUS_WINDOW
+        else (
+            text[-_STATUS_WINDOW:],
+            text[:_STATUS_WINDOW],
+        )
+    )
+    for window in windows:
+        match = _EXIT_STATUS.search(window)
+        if match:
+            return next(group for group in match.groups() if group is not None)
+    return None
+
+
+def describe_tool_output(name: str, arguments: Any, text: str) -> str:
+    """The one-line descriptor that replaces a pruned tool output.
+
+    Always shorter than :data:`PRUNE_MIN_CHARS`, so a descriptor is never
+    pruned again.
+    """
+    lines = text.count("\n") + 1 if text else 0
+    size = f"{len(text):,} chars, {lines:,} lines"
+    status = _exit_status(text)
+    if status is not None:
+        size += f", exit {status}"
+    call = f"{name or 'tool'}({_key_args(arguments)})"
+    room = PRUNE_MIN_CHARS - len(DESCRIPTOR_PREFIX) - len(size) - 6
+    if len(call) > room:
+        call = call[: max(8, room - 2)] + "…)"
+    return f"{DESCRIPTOR_PREFIX}{call} → {size}]"
+
+
+def _shrink_value(value: Any, limit: int) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}…[{len(value) - limit} chars cut]"
+    if isinstance(value, dict):
+        return {k: _shrink_value(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shrink_value(v, limit) for v in value]
+    return value
+
+
+def shrink_arguments(arguments: str) -> str:
+    """Tool-call arguments cut to about :data:`ARGS_MAX_CHARS` characters, still valid JSON.
+
+    Long string values are cut first, shorter and shorter; arguments that stay
+    too long (many keys) or were not JSON become ``{"_truncated": ..., "_original_chars": n}``.
+    """
+    if len(arguments) <= ARGS_MAX_CHARS:
+        return arguments
+    parsed = _parse_args(arguments)
+    if isinstance(parsed, dict | list):
+        limit = 240
+        while limit >= 30:
+            shrunk = json.dumps(_shrink_value(parsed, limit), ensure_ascii=False)
+            if len(shrunk) <= ARGS_MAX_CHARS:
+                return shrunk
+            limit //= 2
+    return json.dumps(
+        {"_truncated": arguments[:300], "_original_chars": len(arguments)}, ensure_ascii=False
+    )
+
+
+@dataclass
+class PruneResult:
+    """What :func:`prune_region` did to one region."""
+
+    #: The region after pruning; unchanged messages are the very same dicts.
+    messages: list[Message]
+    #: Positions (in the region) of the messages that changed.
+    changed: list[int] = field(default_factory=list)
+    results_pruned: int = 0
+    duplicates: int = 0
+    arguments_shrunk: int = 0
+
+
+def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneResult:
+    """Pass 1 over ``region``: descriptors, duplicate pointers, shrunk arguments.
+
+    ``region`` holds whole tool groups (the engine cuts only at safe points),
+    so every result's call is found in it; a result whose call is elsewhere
+    still gets a descriptor, named ``tool``.
+    """
+    calls: dict[str, tuple[str, Any]] = {}
+    first_seen: dict[str, tuple[str, str]] = {}
+    out = list(region)
+    result = PruneResult(messages=out)
+    for index, msg in enumerate(region):
+        role = msg.get("role")
+        if role == "assistant" and msg.get("tool_calls"):
+            new_calls: list[Any] = []
+            shrunk_any = False
+            for call in msg["tool_calls"]:
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict):
+                    new_calls.append(call)
+                    continue
+                args = function.get("arguments")
+                calls[str(call.get("id"))] = (str(function.get("name") or ""), args)
+                if shrink_args and isinstance(args, str) and len(args) > ARGS_MAX_CHARS:
+                    call = {**call, "function": {**function, "arguments": shrink_arguments(args)}}
+                    shrunk_any = True
+                    result.arguments_shrunk += 1
+                new_calls.append(call)
+            if shrunk_any:
+                out[index] = {**msg, "tool_calls": new_calls}
+                result.changed.append(index)
+        elif role == "tool":
+            text = content_text(msg.get("content"))
+            if len(text) <= PRUNE_MIN_CHARS:
+                continue
+            call_id = str(msg.get("tool_call_id"))
+            name, args = calls.get(call_id, (str(msg.get("name") or ""), None))
+            earlier = first_seen.get(text)
+            if earlier is not None:
+                first_name, first_id = earlier
+                replacement = (
+                    f"{POINTER_PREFIX}the {first_name or 'tool'} call {first_id} "
+                    f"earlier ({len(text):,} chars)]"
+                )
+                result.duplicates += 1
+            else:
+                first_seen[text] = (name, call_id)
+                replacement = describe_tool_output(name, args, text)
+                result.results_pruned += 1
+            out[index] = {**msg, "content": replacement}
+            result.changed.append(index)
+    return result

@@ -1,0 +1,175 @@
+"""What leaves the process for the summariser: the region bounded, cleaned and redacted.
+
+Pass 2 of compaction sends the middle region, as it was before pass 1 (real
+tool outputs, not descriptors), to a summariser that may be a remote model.
+:func:`outbound_region` prepares it in this order, so that the work is
+proportional to what is sent and never to the whole history:
+
+1. **Bound.** Each tool output is cut to its head and tail
+   (:data:`TOOL_HEAD_CHARS` + :data:`TOOL_TAIL_CHARS`), each other message to
+   :data:`TEXT_LIMIT_CHARS`, tool-call arguments to :data:`ARGS_LIMIT_CHARS`.
+   The region as a whole gets a character budget, filled newest first; of the
+   older messages beyond it only a note (how many, which tools) and the
+   user's requests, cut to :data:`OVERFLOW_LIMIT_CHARS`, are sent. The budget
+   is what keeps a compaction of a 5,000-message session as cheap as one of
+   a 200-message session; it only binds when a huge history is compacted at
+   once (an imported or resumed session), because in a running session the
+   middle is bounded by the window and earlier turns are already in the
+   previous summary.
+2. **Drop thinking.** ``reasoning_content`` and similar keys, ``thinking`` /
+   ``reasoning`` content parts and ``<think>…</think>`` spans are removed: they
+   are the model's private scratch work, often huge, and must not be
+   summarised back into the context as if they were facts.
+3. **Redact** secrets (:func:`contextengine.redact.redact`) in every string
+   that is sent — only after bounding, so a 400k-character log costs a few
+   thousand characters of regex work.
+
+The engine calls :func:`outbound_region`; the result goes into
+``SummaryRequest.messages`` and into the rendered prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from contextengine.redact import redact
+from contextengine.summary_prompt import bound_text, content_text
+
+__all__ = [
+    "ARGS_LIMIT_CHARS",
+    "OVERFLOW_FIRST_REQUESTS",
+    "OVERFLOW_LAST_REQUESTS",
+    "OVERFLOW_LIMIT_CHARS",
+    "TEXT_LIMIT_CHARS",
+    "TOOL_HEAD_CHARS",
+    "TOOL_TAIL_CHARS",
+    "outbound_region",
+    "strip_thinking",
+]
+
+Message = dict[str, Any]
+
+TOOL_HEAD_CHARS = 2_000
+TOOL_TAIL_CHARS = 1_000
+TEXT_LIMIT_CHARS = 6_000
+ARGS_LIMIT_CHARS = 1_000
+OVERFLOW_LIMIT_CHARS = 300
+OVERFLOW_FIRST_REQUESTS = 5
+OVERFLOW_LAST_REQUESTS = 25
+
+_THINKING_KEYS = ("reasoning_content", "reasoning", "thinking", "reasoning_details")
+_THINKING_PARTS = ("thinking", "redacted_thinking", "reasoning")
+# A closed block anywhere, or an unclosed one at the start (a reply cut off mid-thought).
+_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` without ``<think>``/``<thinking>``/``<reasoning>`` blocks."""
+    if "<" not in text:
+        return text
+    return _THINK_BLOCK.sub("", text).strip()
+
+
+def _text_of(msg: Message) -> str:
+    content = msg.get("content")
+    if isinstance(content, list):
+        content = [
+            part
+            for part in content
+            if not (isinstance(part, dict) and part.get("type") in _THINKING_PARTS)
+        ]
+    return content_text(content)
+
+
+def _bound(msg: Message, full: bool) -> str:
+    text = _text_of(msg)
+    if not full:
+        return bound_text(text, OVERFLOW_LIMIT_CHARS)
+    if msg.get("role") == "tool" and len(text) > TOOL_HEAD_CHARS + TOOL_TAIL_CHARS:
+        omitted = len(text) - TOOL_HEAD_CHARS - TOOL_TAIL_CHARS
+        return (
+            f"{text[:TOOL_HEAD_CHARS]}\n[… {omitted} characters omitted …]\n"
+            f"{text[-TOOL_TAIL_CHARS:]}"
+        )
+    return bound_text(text, TEXT_LIMIT_CHARS)
+
+
+def _clean(msg: Message, full: bool) -> tuple[Message, int]:
+    """A new message holding only what is sent, and its size in characters."""
+    text = redact(strip_thinking(_bound(msg, full)))
+    out: Message = {"role": msg.get("role", "user"), "content": text}
+    size = len(text)
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        limit = ARGS_LIMIT_CHARS if full else OVERFLOW_LIMIT_CHARS
+        new_calls: list[Any] = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                args = function.get("arguments")
+                args_text = args if isinstance(args, str) else ("" if args is None else str(args))
+                args_text = redact(bound_text(args_text, limit))
+                size += len(args_text)
+                call = {**call, "function": {**function, "arguments": args_text}}
+            new_calls.append(call)
+        out["tool_calls"] = new_calls
+    for key in ("tool_call_id", "name"):
+        if key in msg:
+            out[key] = msg[key]
+    return out, size
+
+
+def _overflow(older: list[Message]) -> list[Message]:
+    """What is sent of the messages beyond the budget: a note and the user's requests.
+
+    The user's requests are what a summary must never drop, so the first
+    :data:`OVERFLOW_FIRST_REQUESTS` and the last :data:`OVERFLOW_LAST_REQUESTS`
+    of them are sent, cut to :data:`OVERFLOW_LIMIT_CHARS`; the rest of the
+    overflow is only counted.
+    """
+    requests = [m for m in older if m.get("role") == "user"]
+    if len(requests) > OVERFLOW_FIRST_REQUESTS + OVERFLOW_LAST_REQUESTS:
+        requests = requests[:OVERFLOW_FIRST_REQUESTS] + requests[-OVERFLOW_LAST_REQUESTS:]
+    calls: dict[str, int] = {}
+    for msg in older:
+        for call in msg.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            name = str(function.get("name") if isinstance(function, dict) else "tool")
+            calls[name] = calls.get(name, 0) + 1
+    tools = ", ".join(f"{name} ×{n}" for name, n in sorted(calls.items(), key=lambda kv: -kv[1]))
+    note = (
+        f"[{len(older)} earlier messages are not shown in full; tool calls among them: "
+        f"{tools or 'none'}. The user's requests from them follow.]"
+    )
+    sent: list[Message] = [{"role": "assistant", "content": note}]
+    sent += [_clean(msg, full=False)[0] for msg in requests]
+    return sent
+
+
+def outbound_region(region: list[Message], *, budget_chars: int) -> list[Message]:
+    """The region as it is sent to a summariser: bounded, without thinking, redacted.
+
+    ``region`` is the middle before pass 1. Messages are taken newest first
+    until ``budget_chars`` is spent; what is older goes as one note plus the
+    user's requests (see :func:`_overflow`). Reasoning keys are never copied:
+    only role, content, tool calls, ``tool_call_id`` and ``name`` are.
+    """
+    sent: list[Message] = []
+    remaining = budget_chars
+    cut = 0
+    for index in range(len(region) - 1, -1, -1):
+        if remaining <= 0:
+            cut = index + 1
+            break
+        msg, size = _clean(region[index], full=True)
+        remaining -= size
+        sent.append(msg)
+    # Never open the excerpt on tool results whose call was left out.
+    while sent and sent[-1].get("role") == "tool":
+        sent.pop()
+        cut += 1
+    sent.reverse()
+    if cut:
+        sent = _overflow(region[:cut]) + sent
+    return sent

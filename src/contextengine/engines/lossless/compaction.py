@@ -1,0 +1,441 @@
+"""Compaction for the lossless engine: the summary DAG and the escalation ladder.
+
+Called by :meth:`LosslessEngine.compress`. Nothing is deleted: compaction only
+changes the *active context*, replacing references to raw messages with a
+summary that points at them (and several summaries with one of the next depth):
+
+* **Leaf summaries.** The oldest raw messages outside the fresh tail are cut
+  into chunks of about ``leaf_chunk_tokens``, on tool-group boundaries, and
+  each chunk becomes one leaf summary (depth 0) in its place.
+* **Condensation.** Once ``condense_fanin`` adjacent summaries of one depth
+  accumulate, the oldest ``condense_fanin`` become one summary of the next
+  depth. Adjacent runs also condense early when the summaries together
+  outgrow their share of the budget.
+* **Escalation ladder,** per summary: the summariser with the normal budget,
+  then again with an aggressive one (half the budget, a terse instruction),
+  then deterministic truncation, flagged ``fallback=True`` so it can be redone
+  later. A result is accepted only when it is strictly smaller than its input.
+  A transient failure goes straight to truncation (the summariser is likely
+  down); an auth failure aborts the compaction with nothing of that step
+  persisted, because truncating would hide a configuration problem.
+* **Bounds.** At most ``max_passes`` summaries per compaction and a wall-clock
+  deadline (checked before every summariser call, with an injectable clock).
+* **Atomicity.** Every summary is written with its edges and the new active
+  context in one :meth:`Store.commit_compaction` call, so a crash leaves
+  either the old context or the new one.
+
+Each summary's text ends with the ids it covers, so the model knows what to
+hand to ``lcm_expand``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from contextengine.engines.lossless.assemble import (
+    ContextItem,
+    TailSplit,
+    group_bounds,
+    summary_entry_tokens,
+)
+from contextengine.errors import SummarizerAuthError
+from contextengine.redact import redact_messages
+from contextengine.store.protocol import ContextRef, NewSummary, Store, SummaryRecord
+from contextengine.summarizers import Summarizer, SummaryRequest
+from contextengine.summary_prompt import (
+    bound_text,
+    content_text,
+    render_summary_prompt,
+    render_transcript,
+)
+from contextengine.tokens import count_tokens, encoding_for_model, get_encoding
+
+__all__ = [
+    "COVERS_PREFIX",
+    "FALLBACK_PREFIX",
+    "CompactionOutcome",
+    "CompactionSettings",
+    "covers_line",
+    "run_compaction",
+    "strip_covers",
+]
+
+Message = dict[str, Any]
+
+#: Start of the last line of every summary: the ids it covers.
+COVERS_PREFIX = "\n\n[covers "
+FALLBACK_PREFIX = "[fallback summary: deterministic truncation; lcm_expand shows the originals]\n"
+# Ids cost ~9 tokens each; past this many the middle is elided (the seq range
+# and lcm_expand on the summary itself give the rest).
+_MAX_LISTED_IDS = 8
+_SUMMARISER_MESSAGE_CHARS = 8_000
+_THINKING_KEYS = ("reasoning_content", "reasoning", "thinking", "reasoning_details")
+_THINKING_PARTS = ("thinking", "redacted_thinking", "reasoning")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionSettings:
+    """How one compaction runs; built by the engine from its configuration."""
+
+    leaf_chunk_tokens: int
+    condense_fanin: int
+    #: Normal budget of one summary; the aggressive rung uses half.
+    summary_tokens: int
+    #: Condense adjacent summaries early once all summaries in the context
+    #: exceed this many tokens (0: only at fan-in).
+    summary_share_tokens: int = 0
+    max_passes: int = 64
+    deadline_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    model: str | None = None
+    focus_topic: str | None = None
+    memory_context: str = ""
+
+
+@dataclass(kw_only=True)
+class CompactionOutcome:
+    """What one compaction did; the engine adopts ``items`` as its new context."""
+
+    items: list[ContextItem]
+    written: list[SummaryRecord] = field(default_factory=list)
+    summarizer_calls: int = 0
+    fallback_used: bool = False
+    #: Why the compaction stopped early: "auth: ...", "deadline", "max_passes", or None.
+    stopped: str | None = None
+
+    @property
+    def aborted(self) -> bool:
+        """True when an auth failure stopped the compaction."""
+        return bool(self.stopped and self.stopped.startswith("auth"))
+
+
+class _Deadline:
+    def __init__(self, settings: CompactionSettings) -> None:
+        self._clock = settings.clock
+        self._end = settings.clock() + settings.deadline_s
+
+    def passed(self) -> bool:
+        return self._clock() >= self._end
+
+
+def covers_line(kind: str, source_ids: Sequence[str], seq_start: int, seq_end: int) -> str:
+    """The closing line of a summary: which ids it covers (long lists shortened in the middle)."""
+    ids = list(source_ids)
+    shown = ids
+    if len(ids) > _MAX_LISTED_IDS:
+        shown = [*ids[:4], f"… {len(ids) - 6} more …", *ids[-2:]]
+    what = "messages" if kind == "leaf" else "summaries"
+    return f"{COVERS_PREFIX}{what} seq {seq_start}–{seq_end}: {', '.join(shown)}]"
+
+
+def strip_covers(content: str) -> str:
+    """A summary's text without its closing covers line."""
+    head, sep, _ = content.rpartition(COVERS_PREFIX)
+    return head if sep else content
+
+
+def _for_summariser(messages: Sequence[Message]) -> list[Message]:
+    """Bounded copies without thinking blocks, redacted: all that may leave for a summariser."""
+    cleaned: list[Message] = []
+    for message in messages:
+        new = {key: value for key, value in message.items() if key not in _THINKING_KEYS}
+        content = new.get("content")
+        if isinstance(content, list):
+            new["content"] = [
+                part
+                for part in content
+                if not (isinstance(part, dict) and part.get("type") in _THINKING_PARTS)
+            ]
+        text = content_text(new.get("content"))
+        if len(text) > _SUMMARISER_MESSAGE_CHARS:
+            new["content"] = bound_text(text, _SUMMARISER_MESSAGE_CHARS)
+        cleaned.append(new)
+    return redact_messages(cleaned)
+
+
+def _truncate(text: str, max_tokens: int, model: str | None) -> str:
+    encoding = get_encoding(encoding_for_model(model))
+    tokens = encoding.encode(text, disallowed_special=())
+    if len(tokens) <= max_tokens:
+        return text
+    return str(encoding.decode(tokens[: max(0, max_tokens)]))
+
+
+@dataclass
+class _Ladder:
+    summarizer: Summarizer
+    settings: CompactionSettings
+    deadline: _Deadline
+    calls: int = 0
+
+    def run(
+        self,
+        *,
+        messages: list[Message],
+        previous: str,
+        input_tokens: int,
+        budget: int,
+        kind: Literal["leaf", "condensed"],
+        depth: int,
+    ) -> tuple[str, bool]:
+        """(summary body, fallback used); raises SummarizerAuthError to abort."""
+        model = self.settings.model
+        for level, level_budget in (("normal", budget), ("aggressive", max(16, budget // 2))):
+            if self.deadline.passed():
+                break
+            prompt = render_summary_prompt(
+                messages=messages,
+                previous_summary=previous,
+                focus_topic=self.settings.focus_topic,
+                memory_context=self.settings.memory_context,
+                token_budget=level_budget,
+            )
+            if level == "aggressive":
+                prompt += (
+                    f"\n\nThe previous attempt was too long. Be terse: at most {level_budget} "
+                    "tokens; keep only exact identifiers, decisions, results and pending requests."
+                )
+            request = SummaryRequest(
+                messages=messages,
+                previous_summary=previous,
+                focus_topic=self.settings.focus_topic,
+                memory_context=self.settings.memory_context,
+                token_budget=level_budget,
+                prompt=prompt,
+                metadata={"engine": "lcm", "kind": kind, "depth": depth, "level": level},
+            )
+            self.calls += 1
+            try:
+                text = self.summarizer.summarize(request)
+            except SummarizerAuthError:
+                raise
+            except Exception:  # any other failure is transient: fall back
+                break
+            text = (text or "").strip()
+            if text and count_tokens(text, model) < input_tokens:
+                return text, False
+        source = (
+            previous
+            if kind == "condensed"
+            else render_transcript(
+                messages, max_message_chars=600, max_tool_result_chars=300, max_args_chars=200
+            )
+        )
+        limit = min(budget, input_tokens - 1 - count_tokens(FALLBACK_PREFIX, model))
+        body = FALLBACK_PREFIX + _truncate(source, limit, model) if limit > 0 else ""
+        if not body or count_tokens(body, model) >= input_tokens:
+            body = _truncate(source, max(0, input_tokens - 1), model)
+        return body.strip() or "(empty)", True
+
+
+def _oldest_chunk(
+    items: Sequence[ContextItem], split: TailSplit, chunk_tokens: int
+) -> tuple[int, int] | None:
+    start: int | None = None
+    end = 0
+    used = 0
+    for group in group_bounds(items):
+        eligible = (
+            group.raw
+            and group.start < split.tail_start
+            and not (split.pinned is not None and group.start <= split.pinned < group.end)
+        )
+        cost = sum(item.tokens for item in items[group.start : group.end])
+        if start is None:
+            if eligible:
+                start, end, used = group.start, group.end, cost
+            continue
+        if not eligible or used + cost > chunk_tokens:
+            break
+        end, used = group.end, used + cost
+    return None if start is None else (start, end)
+
+
+def _condensable_run(
+    items: Sequence[ContextItem], fanin: int, over_share: bool
+) -> tuple[int, int] | None:
+    """The oldest run of adjacent same-depth summaries to condense, as [start, end)."""
+    runs: list[tuple[int, int]] = []
+    index = 0
+    while index < len(items):
+        if items[index].kind != "summary":
+            index += 1
+            continue
+        end = index + 1
+        while (
+            end < len(items)
+            and items[end].kind == "summary"
+            and items[end].depth == items[index].depth
+        ):
+            end += 1
+        runs.append((index, end))
+        index = end
+    for start, end in runs:
+        if end - start >= fanin:
+            return start, start + fanin
+    if over_share:
+        for start, end in runs:
+            if end - start >= 2:
+                return start, min(end, start + fanin)
+    return None
+
+
+def _summary_item(record: SummaryRecord, model: str | None) -> ContextItem:
+    return ContextItem(
+        kind="summary",
+        id=record.id,
+        tokens=summary_entry_tokens(record, model),
+        role="summary",
+        seq_start=record.seq_start,
+        seq_end=record.seq_end,
+        time_start=record.time_start,
+        time_end=record.time_end,
+        summary=record,
+    )
+
+
+def _commit(
+    store: Store,
+    conversation_id: str,
+    items: list[ContextItem],
+    span: tuple[int, int],
+    summary: NewSummary,
+    model: str | None,
+) -> tuple[list[ContextItem], SummaryRecord]:
+    start, end = span
+    refs = [item.ref for item in items[:start]]
+    refs.append(ContextRef(kind="summary", id="new:0"))
+    refs.extend(item.ref for item in items[end:])
+    record = store.commit_compaction(conversation_id, [summary], refs)[0]
+    if not record.source_ids:
+        record = replace(record, source_ids=tuple(summary.source_ids))
+    return [*items[:start], _summary_item(record, model), *items[end:]], record
+
+
+def run_compaction(
+    *,
+    store: Store,
+    conversation_id: str,
+    items: list[ContextItem],
+    split_of: Callable[[list[ContextItem]], TailSplit],
+    summarizer: Summarizer,
+    settings: CompactionSettings,
+) -> CompactionOutcome:
+    """Summarise everything outside the fresh tail, condensing as summaries accumulate.
+
+    ``split_of`` computes the fresh tail of a context (it moves as items are
+    replaced). Returns the new context; the store already holds it.
+    """
+    deadline = _Deadline(settings)
+    ladder = _Ladder(summarizer, settings, deadline)
+    outcome = CompactionOutcome(items=list(items))
+    model = settings.model
+    passes = 0
+    while True:
+        if passes >= settings.max_passes:
+            outcome.stopped = "max_passes"
+            break
+        if deadline.passed():
+            outcome.stopped = "deadline"
+            break
+        current = outcome.items
+        summary_tokens = sum(item.tokens for item in current if item.kind == "summary")
+        over_share = 0 < settings.summary_share_tokens < summary_tokens
+        run = _condensable_run(current, max(2, settings.condense_fanin), over_share)
+        chunk = (
+            None if run else _oldest_chunk(current, split_of(current), settings.leaf_chunk_tokens)
+        )
+        if run is None and chunk is None:
+            break
+        try:
+            if run is not None:
+                new = _condensed(ladder, current[run[0] : run[1]], settings)
+                span = run
+            else:
+                assert chunk is not None
+                new = _leaf(ladder, current[chunk[0] : chunk[1]], settings)
+                span = chunk
+        except SummarizerAuthError as exc:
+            outcome.stopped = f"auth: {exc}"
+            break
+        finally:
+            outcome.summarizer_calls = ladder.calls
+        outcome.items, record = _commit(store, conversation_id, current, span, new, model)
+        outcome.written.append(record)
+        outcome.fallback_used = outcome.fallback_used or new.fallback
+        passes += 1
+    return outcome
+
+
+def _leaf(
+    ladder: _Ladder, sources: Sequence[ContextItem], settings: CompactionSettings
+) -> NewSummary:
+    messages = _for_summariser([item.message for item in sources if item.message is not None])
+    input_tokens = sum(item.tokens for item in sources)
+    budget = min(settings.summary_tokens, max(32, input_tokens // 3))
+    body, fallback = ladder.run(
+        messages=messages,
+        previous="",
+        input_tokens=input_tokens,
+        budget=budget,
+        kind="leaf",
+        depth=0,
+    )
+    seq_start = min(item.seq_start for item in sources)
+    seq_end = max(item.seq_end for item in sources)
+    ids = [item.id for item in sources]
+    content = body + covers_line("leaf", ids, seq_start, seq_end)
+    return NewSummary(
+        kind="leaf",
+        depth=0,
+        content=content,
+        token_count=count_tokens(content, settings.model),
+        source_ids=ids,
+        seq_start=seq_start,
+        seq_end=seq_end,
+        time_start=min(item.time_start for item in sources),
+        time_end=max(item.time_end for item in sources),
+        descendant_count=len(sources),
+        fallback=fallback,
+    )
+
+
+def _condensed(
+    ladder: _Ladder, sources: Sequence[ContextItem], settings: CompactionSettings
+) -> NewSummary:
+    records = [item.summary for item in sources if item.summary is not None]
+    bodies = [strip_covers(record.content).removeprefix(FALLBACK_PREFIX) for record in records]
+    previous = "\n\n".join(body.strip() for body in bodies)
+    input_tokens = sum(
+        count_tokens(strip_covers(record.content), settings.model) for record in records
+    )
+    budget = min(settings.summary_tokens, max(32, input_tokens // 2))
+    depth = max(record.depth for record in records) + 1
+    body, fallback = ladder.run(
+        messages=[],
+        previous=previous,
+        input_tokens=input_tokens,
+        budget=budget,
+        kind="condensed",
+        depth=depth,
+    )
+    seq_start = min(record.seq_start for record in records)
+    seq_end = max(record.seq_end for record in records)
+    ids = [record.id for record in records]
+    content = body + covers_line("condensed", ids, seq_start, seq_end)
+    return NewSummary(
+        kind="condensed",
+        depth=depth,
+        content=content,
+        token_count=count_tokens(content, settings.model),
+        source_ids=ids,
+        seq_start=seq_start,
+        seq_end=seq_end,
+        time_start=min(record.time_start for record in records),
+        time_end=max(record.time_end for record in records),
+        descendant_count=sum(record.descendant_count for record in records) + len(records),
+        fallback=fallback,
+    )

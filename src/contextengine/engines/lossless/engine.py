@@ -1,0 +1,606 @@
+"""``LosslessEngine`` ("lcm"): every message kept, the model's context as a budgeted view.
+
+The engine stores every message verbatim in a :class:`~contextengine.store.Store`
+and never deletes anything. What the model sees is a *view* assembled from the
+persisted active context (:mod:`.assemble`): the system prompt, summaries of
+what left the view, and the fresh tail of raw messages. Compaction
+(:mod:`.compaction`) only replaces references in the active context with
+summaries that point back at their sources; huge tool results are moved out of
+the view once (:mod:`.large_content`); and the model gets ``lcm_grep``,
+``lcm_describe`` and ``lcm_expand`` (:mod:`.tools`) to search and reopen
+anything.
+
+How a host drives it (see :class:`~contextengine.ContextEngine` for the order):
+
+* ``on_session_start(key)`` opens or resumes the conversation stored under
+  ``key``. Without it the first hook opens a fresh conversation (or the one
+  named by the ``session_key`` constructor argument).
+* ``select_context(..., conversation_messages=history)`` on every request and
+  ``on_turn_complete(history)`` after every turn store the messages not yet
+  stored and, for ``select_context``, return the view. Ingest is incremental:
+  the engine remembers how much of the host's history it has seen, so the work
+  per call grows with the new messages only. A host that replaces its history
+  with the view :meth:`compress` returned is recognised (its reference blocks
+  and large-content references are the engine's own and are never stored).
+* ``should_compress`` / ``compress`` summarise what is outside the fresh tail;
+  ``compress`` returns the new view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engines.lossless.assemble import (
+    REFERENCE_CLOSE,
+    REFERENCE_OPEN,
+    ContextItem,
+    TailSplit,
+    View,
+    assemble_view,
+    fresh_tail,
+    is_reference_message,
+    summary_entry_tokens,
+)
+from contextengine.engines.lossless.compaction import (
+    CompactionOutcome,
+    CompactionSettings,
+    run_compaction,
+)
+from contextengine.engines.lossless.large_content import (
+    is_large_content_reference,
+    reference_message,
+)
+from contextengine.engines.lossless.tools import ToolContext, call_tool, tool_schemas
+from contextengine.store import default_store_path, open_store
+from contextengine.store.protocol import ContextRef, Store, StoredMessage
+from contextengine.summarizers import DeterministicSummarizer, Summarizer
+from contextengine.summary_prompt import content_text
+from contextengine.tokens import message_tokens
+from contextengine.usage import normalize_usage
+
+__all__ = ["LosslessEngine"]
+
+Message = dict[str, Any]
+
+
+def _fingerprint(message: Message) -> str:
+    canonical = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+class LosslessEngine(ContextEngine):
+    """The lossless context engine, registered as ``"lcm"``.
+
+    ``store`` is a path, ``":memory:"``, a URL or a Store object (None: the
+    default archive file); a store the engine opened itself is closed by
+    :meth:`close`. ``summarizer`` defaults to the offline
+    :class:`~contextengine.DeterministicSummarizer`. Sizes left as None derive
+    from the context length: ``fresh_tail_tokens`` a quarter of the threshold,
+    ``leaf_chunk_tokens`` an eighth of the context (500..20,000), one summary
+    at most a 32nd of the context (128..2,000). A tool result is moved out of
+    the view above ``large_content_tokens`` or a quarter of the context length,
+    whichever is smaller, since a larger one could never fit the view.
+
+    Extras: ``session_key`` names the conversation opened when the host never
+    calls ``on_session_start``; ``clock`` and ``compaction_deadline_s`` bound
+    the wall-clock time of one compaction; ``max_passes`` the summaries it
+    writes; ``summary_tokens`` fixes the budget of one summary.
+    """
+
+    def __init__(
+        self,
+        *,
+        context_length: int,
+        model: str = "",
+        store: Store | str | os.PathLike[str] | None = None,
+        summarizer: Summarizer | None = None,
+        threshold_percent: float = 0.75,
+        fresh_tail_tokens: int | None = None,
+        leaf_chunk_tokens: int | None = None,
+        condense_fanin: int = 4,
+        large_content_tokens: int = 25_000,
+        session_key: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        compaction_deadline_s: float = 60.0,
+        max_passes: int = 64,
+        summary_tokens: int | None = None,
+    ) -> None:
+        self.threshold_percent = threshold_percent
+        self.model_thresholds = {}
+        self._owns_store = not isinstance(store, Store) or isinstance(store, str | os.PathLike)
+        self._store: Store = open_store(store if store is not None else default_store_path())
+        self._summarizer: Summarizer = summarizer or DeterministicSummarizer()
+        self._fresh_tail_tokens = fresh_tail_tokens
+        self._leaf_chunk_tokens = leaf_chunk_tokens
+        self._summary_tokens = summary_tokens
+        self.condense_fanin = max(2, condense_fanin)
+        self.large_content_tokens = large_content_tokens
+        self._default_session_key = session_key
+        self._clock = clock
+        self.compaction_deadline_s = compaction_deadline_s
+        self.max_passes = max_passes
+        #: What the last compaction did (summaries written, fallback, why it stopped).
+        self.last_compaction: CompactionOutcome | None = None
+        self._reset_conversation_state()
+        self.update_model(model, context_length)
+
+    # ------------------------------------------------------------------ configuration
+
+    @property
+    def name(self) -> str:
+        """``"lcm"``."""
+        return "lcm"
+
+    @property
+    def store(self) -> Store:
+        """The archive this engine writes to."""
+        return self._store
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the open conversation, or None before the first hook."""
+        return self._conversation_id
+
+    @property
+    def fresh_tail_tokens(self) -> int:
+        """Tokens of raw recent messages the fresh tail aims to keep."""
+        if self._fresh_tail_tokens is not None:
+            return self._fresh_tail_tokens
+        return max(256, self.threshold_tokens // 4) if self.threshold_tokens else 2_000
+
+    @property
+    def leaf_chunk_tokens(self) -> int:
+        """About how many tokens of raw messages one leaf summary covers."""
+        if self._leaf_chunk_tokens is not None:
+            return self._leaf_chunk_tokens
+        return _clamp(self.context_length // 8, 500, 20_000)
+
+    @property
+    def summary_tokens(self) -> int:
+        """The normal budget of one summary."""
+        if self._summary_tokens is not None:
+            return self._summary_tokens
+        return _clamp(self.context_length // 32, 128, 2_000)
+
+    @property
+    def effective_large_content_tokens(self) -> int:
+        """Tool results above this many tokens leave the view for the large-content store."""
+        if self.context_length > 0:
+            return min(self.large_content_tokens, max(64, self.context_length // 4))
+        return self.large_content_tokens
+
+    def _reset_conversation_state(self) -> None:
+        self._conversation_id: str | None = None
+        self._items: list[ContextItem] = []
+        self._system: Message | None = None
+        self._stored_system = False
+        self._next_seq = 0
+        self._host_len = 0
+        self._host_last: Message | None = None
+        self._host_last_fp = ""
+        self._ahead: list[str] = []
+        self._fp_index: dict[str, list[int]] | None = None
+        self._large: dict[str, str] = {}
+        self._last_view_tokens = 0
+        self._overhead = 0
+
+    # ------------------------------------------------------------------ conversation
+
+    def _open(self, session_key: str) -> str:
+        """Open (or resume) ``session_key`` and mirror its active context in memory."""
+        self._reset_conversation_state()
+        conversation_id = self._store.open_conversation(session_key)
+        self._conversation_id = conversation_id
+        self._next_seq = self._store.message_count(conversation_id)
+        first = self._store.get_messages(conversation_id, 0, 1)
+        if first and first[0].role == "system":
+            self._system = first[0].message
+            self._stored_system = True
+        items: list[ContextItem] = []
+        for ref in self._store.get_context(conversation_id):
+            item = self._load_item(ref)
+            if item is not None:
+                items.append(item)
+        self._items = items
+        return conversation_id
+
+    def _ensure_conversation(self) -> str:
+        if self._conversation_id is None:
+            key = self._default_session_key or f"lcm-{uuid.uuid4().hex}"
+            self._default_session_key = key
+            return self._open(key)
+        return self._conversation_id
+
+    def _load_item(self, ref: ContextRef) -> ContextItem | None:
+        assert self._conversation_id is not None
+        if ref.kind == "summary":
+            record = self._store.get_summary(self._conversation_id, ref.id)
+            if record is None:
+                return None
+            return ContextItem(
+                kind="summary",
+                id=record.id,
+                tokens=summary_entry_tokens(record, self.model or None),
+                role="summary",
+                seq_start=record.seq_start,
+                seq_end=record.seq_end,
+                time_start=record.time_start,
+                time_end=record.time_end,
+                summary=record,
+            )
+        stored = self._store.get_message(self._conversation_id, ref.id)
+        return None if stored is None else self._message_item(stored, new=False)
+
+    def _large_content_id(self, stored: StoredMessage, *, new: bool) -> str | None:
+        """The large-content id of a huge tool result, storing the content the first time."""
+        if stored.id in self._large:
+            return self._large[stored.id]
+        if stored.role != "tool" or stored.token_count <= self.effective_large_content_tokens:
+            return None
+        assert self._conversation_id is not None
+        if not new:
+            lookup = getattr(self._store, "large_content_for_message", None)
+            if callable(lookup):
+                found = lookup(self._conversation_id, stored.id)
+                if found is not None:
+                    self._large[stored.id] = str(found.id)
+                    return self._large[stored.id]
+        text = content_text(stored.message.get("content"))
+        large = self._store.put_large_content(
+            self._conversation_id, stored.id, text, stored.token_count
+        )
+        self._large[stored.id] = large.id
+        return large.id
+
+    def _message_item(self, stored: StoredMessage, *, new: bool) -> ContextItem:
+        view_message = stored.message
+        tokens = stored.token_count
+        large = self._large_content_id(stored, new=new)
+        if large is not None:
+            view_message = reference_message(stored.message, large, stored.token_count)
+            tokens = message_tokens(view_message, self.model or None)
+        return ContextItem(
+            kind="message",
+            id=stored.id,
+            tokens=tokens,
+            role=stored.role,
+            seq_start=stored.seq,
+            seq_end=stored.seq,
+            time_start=stored.created_at,
+            time_end=stored.created_at,
+            message=view_message,
+        )
+
+    # ------------------------------------------------------------------ ingest
+
+    def _stored_fingerprints(self) -> dict[str, list[int]]:
+        if self._fp_index is None:
+            assert self._conversation_id is not None
+            index: dict[str, list[int]] = {}
+            for stored in self._store.get_messages(self._conversation_id):
+                index.setdefault(_fingerprint(stored.message), []).append(stored.seq)
+            self._fp_index = index
+        return self._fp_index
+
+    def _unseen_slow(self, messages: Sequence[Message]) -> list[Message]:
+        """Messages of a history that does not extend the last one seen, not yet stored.
+
+        Matches the history in order against the stored messages, so a full
+        history (resume) and a view handed back as history both work; what
+        matches nothing is new.
+        """
+        index = self._stored_fingerprints()
+        floor = 0
+        unseen: list[Message] = []
+        for message in messages:
+            seqs = index.get(_fingerprint(message), [])
+            match = next((seq for seq in seqs if seq >= floor), None)
+            if match is None:
+                unseen.append(message)
+            else:
+                floor = match + 1
+        return unseen
+
+    def _ingest(self, messages: Sequence[Message] | None) -> None:
+        """Store the messages of the host's history that are not stored yet."""
+        if not messages:
+            return
+        self._ensure_conversation()
+        first = messages[0]
+        system = first if isinstance(first, dict) and first.get("role") == "system" else None
+        if system is not None:
+            self._system = system
+        count = len(messages)
+        fast = 0 < self._host_len <= count and (
+            messages[self._host_len - 1] is self._host_last
+            or _fingerprint(messages[self._host_len - 1]) == self._host_last_fp
+        )
+        fresh = list(messages[self._host_len :]) if fast else self._unseen_slow(messages)
+        self._host_len = count
+        self._host_last = messages[-1]
+        self._host_last_fp = _fingerprint(messages[-1])
+        new: list[Message] = []
+        for message in fresh:
+            if not isinstance(message, dict):
+                continue
+            if is_reference_message(message) or is_large_content_reference(message):
+                continue
+            if message is system and self._next_seq > 0:
+                # A changed system prompt is adopted, not appended mid-conversation.
+                continue
+            if self._ahead and self._ahead[0] == _fingerprint(message):
+                self._ahead.pop(0)
+                continue
+            new.append(message)
+        self._store_new(new)
+
+    def _store_new(self, messages: Sequence[Message]) -> list[StoredMessage]:
+        if not messages:
+            return []
+        assert self._conversation_id is not None
+        model = self.model or None
+        counts = [message_tokens(message, model) for message in messages]
+        stored = self._store.append_messages(
+            self._conversation_id, list(messages), token_counts=counts, start_seq=self._next_seq
+        )
+        added: list[ContextItem] = []
+        for row in stored:
+            self._next_seq = max(self._next_seq, row.seq + 1)
+            if self._fp_index is not None:
+                self._fp_index.setdefault(_fingerprint(row.message), []).append(row.seq)
+            if row.seq == 0 and row.role == "system":
+                self._stored_system = True
+                continue
+            added.append(self._message_item(row, new=True))
+        if added:
+            self._items.extend(added)
+            append = getattr(self._store, "append_context", None)
+            if callable(append):
+                append(self._conversation_id, [item.ref for item in added])
+            else:
+                self._store.replace_context(
+                    self._conversation_id, [item.ref for item in self._items]
+                )
+        return stored
+
+    # ------------------------------------------------------------------ the view
+
+    def _split(self, items: list[ContextItem]) -> TailSplit:
+        tail = self.fresh_tail_tokens
+        return fresh_tail(
+            items, tail_tokens=tail, reach_back_tokens=max(tail, self.threshold_tokens // 2)
+        )
+
+    def _assemble(self, budget_tokens: int = 0) -> View:
+        budget = budget_tokens if budget_tokens > 0 else self.threshold_tokens
+        view = assemble_view(
+            system=self._system,
+            items=self._items,
+            budget=budget,
+            split=self._split(self._items),
+            model=self.model or None,
+        )
+        self._last_view_tokens = view.tokens
+        return view
+
+    def _compressible(self) -> bool:
+        split = self._split(self._items)
+        return any(
+            item.kind == "message" and index < split.tail_start and index != split.pinned
+            for index, item in enumerate(self._items)
+        )
+
+    def _estimate_tokens(self) -> int:
+        """The view's size without rendering it: items, fences of summary runs, system, priming."""
+        model = self.model or None
+        system = message_tokens(self._system, model) if self._system else 0
+        fence = message_tokens({"role": "user", "content": REFERENCE_OPEN + REFERENCE_CLOSE}, model)
+        runs = sum(
+            1
+            for index, item in enumerate(self._items)
+            if item.kind == "summary" and (index == 0 or self._items[index - 1].kind != "summary")
+        )
+        return system + sum(item.tokens for item in self._items) + runs * fence + 3
+
+    def select_context(
+        self,
+        request_messages: list[Message],
+        *,
+        conversation_messages: list[Message] | None = None,
+        incoming_message: Message | None = None,
+        budget_tokens: int = 0,
+    ) -> list[Message] | None:
+        """Transform: store what is new in the history and return the assembled view.
+
+        Called by the host for every request with its full persisted history
+        as ``conversation_messages`` (``request_messages`` stands in when it is
+        None). An ``incoming_message`` not yet at the end of that history is
+        stored too. The view fits ``budget_tokens`` (the threshold when 0)
+        unless the fresh tail alone is larger. None when nothing is stored.
+        """
+        source = conversation_messages if conversation_messages is not None else request_messages
+        self._ingest(source)
+        if incoming_message is not None and (
+            not source or _fingerprint(source[-1]) != _fingerprint(incoming_message)
+        ):
+            self._ensure_conversation()
+            if self._store_new([incoming_message]):
+                self._ahead.append(_fingerprint(incoming_message))
+        if not self._items and self._system is None:
+            return None
+        return self._assemble(budget_tokens).messages
+
+    def current_view(self, budget_tokens: int = 0) -> list[Message]:
+        """The view as :meth:`select_context` would return it now, without ingesting."""
+        return self._assemble(budget_tokens).messages
+
+    # ------------------------------------------------------------------ decisions
+
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        """Observe a provider response: normalise its usage into the token fields.
+
+        The difference between the real prompt size and the view the engine
+        assembled (tool schemas, provider framing) is remembered, so that
+        :meth:`should_compress` judges the view the way the provider counts it.
+        """
+        normal = normalize_usage(usage)
+        self.last_prompt_tokens = normal["prompt_tokens"]
+        self.last_completion_tokens = normal["completion_tokens"]
+        self.last_total_tokens = normal["total_tokens"]
+        if self._last_view_tokens and normal["prompt_tokens"]:
+            self._overhead = max(0, normal["prompt_tokens"] - self._last_view_tokens)
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """Whether the view passes the threshold and something can be summarised.
+
+        Called by the host after tool calls and before a request. The view's
+        own size (plus the provider overhead learned from real usage) decides;
+        a given ``prompt_tokens`` counts when smaller, since a host that counts
+        its full history overestimates what this engine sends.
+        """
+        if self.threshold_tokens <= 0 or not self._items:
+            return False
+        tokens = self._estimate_tokens() + self._overhead
+        if prompt_tokens is not None and prompt_tokens >= 0:
+            tokens = min(tokens, prompt_tokens)
+        return tokens >= self.threshold_tokens and self._compressible()
+
+    def should_compress_preflight(self, messages: list[Message]) -> bool:
+        """Store the history's new messages, then judge the view they make (before sending).
+
+        Called by the host before a request; this is what lets a compaction
+        happen before :meth:`select_context` rather than a request late.
+        """
+        self._ingest(messages)
+        return self.should_compress()
+
+    def has_content_to_compress(self, messages: list[Message]) -> bool:
+        """False when every stored message is in the fresh tail: compress would do nothing."""
+        self._ingest(messages)
+        return self._compressible()
+
+    def compress(
+        self,
+        messages: list[Message],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[Message]:
+        """Transform: summarise what is outside the fresh tail and return the new view.
+
+        Called by the host when :meth:`should_compress` says so, on overflow
+        and for a manual compress. Stores ``messages`` first; never mutates
+        them. Each summary is committed atomically; a summariser auth failure
+        stops the compaction with that step unwritten (see
+        :attr:`last_compaction`). The view is within the threshold unless the
+        fresh tail alone exceeds it.
+        """
+        self._ingest(messages)
+        settings = CompactionSettings(
+            leaf_chunk_tokens=self.leaf_chunk_tokens,
+            condense_fanin=self.condense_fanin,
+            summary_tokens=self.summary_tokens,
+            summary_share_tokens=self.threshold_tokens // 3,
+            max_passes=self.max_passes,
+            deadline_s=self.compaction_deadline_s,
+            clock=self._clock,
+            model=self.model or None,
+            focus_topic=focus_topic,
+            memory_context=sanitize_memory_context(memory_context) if memory_context else "",
+        )
+        assert self._conversation_id is not None or not self._items
+        if self._conversation_id is not None:
+            outcome = run_compaction(
+                store=self._store,
+                conversation_id=self._conversation_id,
+                items=self._items,
+                split_of=self._split,
+                summarizer=self._summarizer,
+                settings=settings,
+            )
+            self._items = outcome.items
+            self.last_compaction = outcome
+            if outcome.written:
+                self.compression_count += 1
+                self.last_prompt_tokens = -1
+        return self._assemble().messages
+
+    # ------------------------------------------------------------------ observation
+
+    def on_turn_complete(
+        self, messages: list[Message], usage: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        """Observe a finished turn: store the messages not stored yet."""
+        self._ingest(messages)
+
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        """Open or resume the conversation stored under ``session_id``."""
+        self._open(session_id)
+
+    def on_session_end(self, session_id: str, messages: list[Message]) -> None:
+        """Store what is left of the session; the archive keeps it for later resumption."""
+        self._ingest(messages)
+
+    def on_session_reset(self) -> None:
+        """Forget the token state and the open conversation; the next hook opens a new one."""
+        super().on_session_reset()
+        self._default_session_key = None
+        self._reset_conversation_state()
+
+    # ------------------------------------------------------------------ tools
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """``lcm_grep``, ``lcm_describe`` and ``lcm_expand`` as OpenAI function schemas."""
+        return tool_schemas()
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        """Run one of the tools on the current conversation; always a JSON string.
+
+        A ``messages`` keyword (the host's history) is stored first, so the
+        tools see the latest turn.
+        """
+        history = kwargs.get("messages")
+        if isinstance(history, list):
+            self._ingest(history)
+        conversation_id = self._ensure_conversation()
+        in_view = {item.id for item in self._items}
+        context = ToolContext(
+            store=self._store,
+            conversation_id=conversation_id,
+            in_view=in_view.__contains__,
+            large_content_of=self._large.get,
+        )
+        return call_tool(name, args, context)
+
+    # ------------------------------------------------------------------ status
+
+    def get_status(self) -> dict[str, Any]:
+        """The base status plus the stored message count and the active context's shape."""
+        status = super().get_status()
+        status.update(
+            {
+                "conversation_id": self._conversation_id,
+                "stored_messages": self._next_seq,
+                "context_messages": sum(1 for item in self._items if item.kind == "message"),
+                "context_summaries": sum(1 for item in self._items if item.kind == "summary"),
+                "view_tokens": self._last_view_tokens,
+            }
+        )
+        return status
+
+    def close(self) -> None:
+        """Close the store when this engine opened it."""
+        if self._owns_store:
+            self._store.close()

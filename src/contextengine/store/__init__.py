@@ -1,0 +1,91 @@
+"""The archive of the lossless engine: the ``Store`` protocol, ``SQLiteStore`` and ``open_store``.
+
+``open_store`` is how the engine and the CLI turn a user's ``store=`` setting
+into a store: a path, ``":memory:"``, a ``sqlite:///path`` URL, a
+``postgresql://`` URL (needs the ``contextengine[postgres]`` extra), a
+``Store`` object (returned as is) or None for the default file under the user
+data directory (:func:`default_store_path`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from contextengine.errors import StoreError
+from contextengine.store.protocol import (
+    ContextRef,
+    ConversationInfo,
+    LargeContent,
+    NewSummary,
+    SearchHit,
+    SearchPage,
+    Store,
+    StoredMessage,
+    SummaryRecord,
+)
+from contextengine.store.sqlite import SQLiteStore
+
+__all__ = [
+    "ContextRef",
+    "ConversationInfo",
+    "LargeContent",
+    "NewSummary",
+    "SQLiteStore",
+    "SearchHit",
+    "SearchPage",
+    "Store",
+    "StoredMessage",
+    "SummaryRecord",
+    "default_store_path",
+    "open_store",
+]
+
+
+def default_store_path() -> Path:
+    """``archive.db`` under ``$CONTEXTENGINE_HOME``, ``$XDG_DATA_HOME/contextengine`` or
+    ``~/.local/share/contextengine``, first that is set."""
+    home = os.environ.get("CONTEXTENGINE_HOME")
+    if home:
+        return Path(home).expanduser() / "archive.db"
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "contextengine" / "archive.db"
+
+
+def open_store(spec: str | os.PathLike[str] | Store | None = None, **options: Any) -> Store:
+    """Open the store ``spec`` names; ``options`` go to the store's constructor.
+
+    Called by ``LosslessEngine`` for its ``store=`` argument and by
+    ``contextengine archive --store``. ``None`` means the default archive file.
+    ``sqlite:///rel.db`` is a relative path and ``sqlite:////abs.db`` an
+    absolute one (the SQLAlchemy convention); ``sqlite://`` is in memory.
+    """
+    if spec is None:
+        return SQLiteStore(default_store_path(), **options)
+    if isinstance(spec, Store) and not isinstance(spec, (str, os.PathLike)):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise StoreError(f"store must be a path, URL or Store object, not {type(spec).__name__}")
+    text = os.fspath(spec)
+    if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        try:
+            from contextengine.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]  # written later (issue 7)
+        except ImportError as exc:
+            raise StoreError(
+                "a postgresql:// store needs the PostgreSQL extra: "
+                f"pip install 'contextengine[postgres]' ({exc})"
+            ) from exc
+        store: Store = PostgresStore(text, **options)
+        return store
+    if text.startswith("sqlite:"):
+        rest = text[len("sqlite:") :]
+        if rest in ("", "//", "///:memory:", "//:memory:"):
+            return SQLiteStore(":memory:", **options)
+        if not rest.startswith("///"):
+            raise StoreError(f"malformed SQLite URL {text!r}; use sqlite:///relative/path.db")
+        return SQLiteStore(rest[3:], **options)
+    if "://" in text:
+        raise StoreError(f"unsupported store URL {text!r}; use a path, sqlite:/// or postgresql://")
+    return SQLiteStore(Path(text).expanduser() if text != ":memory:" else text, **options)

@@ -1,0 +1,906 @@
+"""``PostgresStore``: the lossless archive in PostgreSQL, shared by many agents on many hosts.
+
+Same data format and rules as :mod:`contextengine.store.sqlite` (identity
+keys, message ids, append-only messages, atomic compaction, deletion only by
+retention), in one schema of a PostgreSQL database (default
+``contextengine``) created and migrated by the numbered migrations of
+:mod:`contextengine.store.postgres_migrations`. Needs the extra:
+``pip install 'contextengine[postgres]'`` (psycopg 3 with its pool).
+
+Concurrency, for many processes and hosts writing at once:
+
+* **Appends** lock the conversation's row (``SELECT ... FOR NO KEY UPDATE``)
+  while they assign ``seq`` values, so two workers appending to the same
+  conversation queue up: seqs have no gaps and no duplicates, and a message
+  both store is stored once (``UNIQUE (conversation_id, identity_key)`` with
+  ``ON CONFLICT DO NOTHING`` as the last guard). ``NO KEY`` so foreign-key
+  checks of other writers (summaries, context) are not blocked by it.
+* **Compaction**: :meth:`PostgresStore.commit_compaction` is one transaction
+  under ``pg_advisory_xact_lock`` on the conversation, so commits of one
+  conversation never interleave and a worker dying mid-commit leaves nothing
+  visible. :meth:`PostgresStore.compaction_lock` holds a session lock for a
+  whole compaction (summariser calls included) when a host wants only one
+  worker to compact a conversation at a time.
+* **Migrations** run under a database-wide advisory lock.
+
+Search: ``tsvector`` + GIN and ``ts_rank_cd`` for text mode (the tsquery is
+built by PostgreSQL from each parsed term passed as a parameter, so user text
+never reaches query syntax), reranked like the SQLite store; regex mode uses
+``~`` under ``statement_timeout`` (pg_trgm indexes when the server allows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "PostgresStore needs psycopg 3 with its pool: pip install 'contextengine[postgres]'"
+        f" ({_exc})"
+    ) from _exc
+
+from contextengine.errors import InvalidMessagesError, StoreError
+from contextengine.store import search as _search
+from contextengine.store.postgres_migrations import apply_pg_migrations
+from contextengine.store.postgres_search import (
+    search_regex,
+    search_text,
+    translate_regex,
+    with_summary_ids,
+)
+from contextengine.store.protocol import (
+    ContextRef,
+    ConversationInfo,
+    LargeContent,
+    NewSummary,
+    SearchPage,
+    StoredMessage,
+    SummaryRecord,
+)
+from contextengine.store.retention import plan_prune
+
+# The identity rule and token counting are the archive format itself: one code for every store.
+from contextengine.store.sqlite import (
+    _canonical_hash,
+    _default_token_count,
+    identity_key,
+    message_search_text,
+)
+
+__all__ = ["DEFAULT_SCHEMA", "PostgresStore", "translate_regex"]
+
+#: Schema of the archive when neither the ``schema`` argument nor ``?schema=`` names one.
+DEFAULT_SCHEMA = "contextengine"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_MESSAGE_COLUMNS = "id, conversation_id, seq, role, json, token_count, identity_key, created_at"
+_SUMMARY_COLUMNS = (
+    "id, conversation_id, kind, depth, content, nul_escaped, token_count, seq_start, seq_end,"
+    " time_start, time_end, descendant_count, fallback, created_at"
+)
+#: Characters of the previous message indexed with each message (as the SQLite store does).
+CONTEXT_CHARS = 300
+
+
+def _parse_url(url: str) -> tuple[str, str | None]:
+    """The libpq connection URL and the ``schema`` query parameter (libpq would refuse it)."""
+    if url.startswith("postgresql+psycopg://"):
+        url = "postgresql://" + url[len("postgresql+psycopg://") :]
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _connect_error(conninfo: str) -> str:
+    """Why one plain connection attempt fails (the pool only reports that it timed out)."""
+    try:
+        psycopg.connect(conninfo, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        return f": {lines[0]}" if lines else ""
+    return ""
+
+
+def _to_pg_text(text: str) -> tuple[str, bool]:
+    """``text`` as PostgreSQL can store it: a JSON literal (flagged) when it holds NUL."""
+    if "\x00" in text:
+        return json.dumps(text), True
+    return text, False
+
+
+def _from_pg_text(text: str, escaped: bool) -> str:
+    return str(json.loads(text)) if escaped else text
+
+
+def _lock_key(kind: str, schema: str, conversation_id: str) -> str:
+    return f"contextengine.{kind}:{schema}:{conversation_id}"
+
+
+class PostgresStore:
+    """The archive in a PostgreSQL schema; implements :class:`~contextengine.store.Store`.
+
+    ``url`` is a libpq URL (``postgresql://user@host:5432/db``, optionally
+    ``?schema=name``). ``schema`` overrides the URL's and defaults to
+    ``contextengine``. The pool keeps ``min_size`` to ``max_size`` connections
+    per process; each call borrows one for one transaction, so ``max_size`` is
+    how many calls of this process run at once. ``regex_timeout_ms`` bounds one
+    regex search (``statement_timeout``). ``clock`` and ``token_counter`` as in
+    :class:`~contextengine.store.SQLiteStore`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        connect_timeout_s: float = 10.0,
+        regex_timeout_ms: int = 5_000,
+        clock: Callable[[], float] = time.time,
+        token_counter: Callable[[Mapping[str, Any]], int] | None = None,
+    ) -> None:
+        conninfo, url_schema = _parse_url(url)
+        self.schema = schema or url_schema or DEFAULT_SCHEMA
+        if not _SCHEMA_NAME.match(self.schema):
+            raise StoreError(
+                f"invalid schema name {self.schema!r}: use lower-case letters, digits and _"
+            )
+        self.url = _redact_url(conninfo)
+        self._clock = clock
+        self._count = token_counter or _default_token_count
+        self._regex_timeout_ms = int(regex_timeout_ms)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max(min_size, max_size),
+            open=False,
+            configure=self._configure,
+            timeout=connect_timeout_s,
+            name=f"contextengine-{self.schema}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+            self._migrate()
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.url} within {connect_timeout_s:g} s"
+                + _connect_error(conninfo)
+            ) from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Run by the pool on every new connection: the archive's schema first on the path."""
+        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
+        conn.commit()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r}, schema={self.schema!r})"
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on a pooled connection: committed on success, rolled back on error."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except StoreError:
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL archive {self.url} ({self.schema}): {exc}") from exc
+
+    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._tx() as conn:
+            return conn.execute(query, params).fetchall()
+
+    def _migrate(self) -> None:
+        label = f"PostgreSQL archive {self.url} ({self.schema})"
+        apply_pg_migrations(self._tx, self.schema, self._clock, label=label)
+
+    def _lock_conversation(self, conn: psycopg.Connection[Any], conversation_id: str) -> None:
+        """Lock the conversation's row for this transaction; unknown id -> StoreError."""
+        row = conn.execute(
+            "SELECT 1 FROM conversations WHERE id = %s FOR NO KEY UPDATE", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"unknown conversation {conversation_id!r}")
+
+    def _require_conversation(self, conn: psycopg.Connection[Any], conversation_id: str) -> None:
+        row = conn.execute(
+            "SELECT 1 FROM conversations WHERE id = %s", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"unknown conversation {conversation_id!r}")
+
+    # ------------------------------------------------------------------ conversations
+
+    def open_conversation(self, session_key: str) -> str:
+        """Return the id of the conversation for ``session_key``, creating it if needed.
+
+        Two hosts opening the same new key at once get the same id (the unique
+        ``session_key`` decides which insert wins).
+        """
+        now = self._clock()
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO conversations VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (session_key) DO NOTHING",
+                ("conv_" + secrets.token_hex(8), session_key, now, now),
+            )
+            row = conn.execute(
+                "SELECT id FROM conversations WHERE session_key = %s", (session_key,)
+            ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    # ------------------------------------------------------------------ messages
+
+    def append_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+    ) -> list[StoredMessage]:
+        """Store messages not yet stored; return only the newly stored ones.
+
+        Called by the engine on every turn; safe from many processes at once
+        (see the module docstring). Identity rule: :mod:`contextengine.store.sqlite`.
+        """
+        if token_counts is not None and len(token_counts) != len(messages):
+            raise StoreError("token_counts must have one entry per message")
+        encoded: list[str] = []
+        hashes: list[str] = []
+        for index, msg in enumerate(messages):
+            if not isinstance(msg, dict):
+                raise InvalidMessagesError("a message must be a JSON object", index=index)
+            try:
+                encoded.append(json.dumps(msg, ensure_ascii=False, separators=(",", ":")))
+            except (TypeError, ValueError) as exc:
+                raise InvalidMessagesError(f"not JSON-serialisable: {exc}", index=index) from None
+            hashes.append(_canonical_hash(msg))
+        # Token counting can be slow (exact tokenizer): do it before taking the row lock.
+        counts = [
+            int(token_counts[i]) if token_counts is not None else int(self._count(m))
+            for i, m in enumerate(messages)
+        ]
+        with self._tx() as conn:
+            self._lock_conversation(conn, conversation_id)
+            if not messages:
+                return []
+            # The newest row gives both the next seq and the ctx of the first new message.
+            last = conn.execute(
+                "SELECT seq, body FROM messages WHERE conversation_id = %s"
+                " ORDER BY seq DESC LIMIT 1",
+                (conversation_id,),
+            ).fetchone()
+            count = int(last[0]) + 1 if last else 0
+            previous = str(last[1]) if last else ""
+            start = (
+                start_seq
+                if start_seq is not None
+                else self._align(conn, conversation_id, count, hashes)
+            )
+            keys = [
+                identity_key(m, start + i, h)
+                for i, (m, h) in enumerate(zip(messages, hashes, strict=True))
+            ]
+            existing = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT identity_key FROM messages WHERE conversation_id = %s"
+                    " AND identity_key = ANY(%s)",
+                    (conversation_id, list(dict.fromkeys(keys))),
+                )
+            }
+            now = self._clock()
+            new: list[StoredMessage] = []
+            rows: list[tuple[Any, ...]] = []
+            for i, msg in enumerate(messages):
+                key = keys[i]
+                if key in existing:
+                    continue
+                existing.add(key)
+                seq = count + len(new)
+                msg_id = (
+                    "msg_" + hashlib.sha256(f"{conversation_id}\0{key}".encode()).hexdigest()[:16]
+                )
+                role = str(msg.get("role", ""))
+                body = message_search_text(msg).replace("\x00", " ")
+                rows.append(
+                    (
+                        msg_id,
+                        conversation_id,
+                        seq,
+                        role,
+                        encoded[i],
+                        counts[i],
+                        key,
+                        now,
+                        body,
+                        previous[:CONTEXT_CHARS],
+                    )
+                )
+                previous = body
+                new.append(
+                    StoredMessage(
+                        id=msg_id,
+                        conversation_id=conversation_id,
+                        seq=seq,
+                        role=role,
+                        message=msg,
+                        token_count=counts[i],
+                        identity_key=key,
+                        created_at=now,
+                    )
+                )
+            if rows:
+                # One statement over arrays: far faster than executemany's row-by-row protocol.
+                conn.execute(
+                    "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
+                    " identity_key, created_at, body, ctx)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[],"
+                    " %s::text[], %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[])"
+                    " ON CONFLICT DO NOTHING",
+                    [list(column) for column in zip(*rows, strict=True)],
+                )
+                conn.execute(
+                    "UPDATE conversations SET updated_at = %s WHERE id = %s",
+                    (now, conversation_id),
+                )
+        return new
+
+    def _align(
+        self, conn: psycopg.Connection[Any], conversation_id: str, count: int, hashes: list[str]
+    ) -> int:
+        """Where a batch given without ``start_seq`` starts in the stored history (as SQLite)."""
+        if count == 0:
+            return 0
+        n = len(hashes)
+
+        def stored_hashes(lo: int, hi: int) -> list[str]:
+            rows = conn.execute(
+                "SELECT json FROM messages WHERE conversation_id = %s AND seq >= %s AND seq < %s"
+                " ORDER BY seq",
+                (conversation_id, lo, hi),
+            ).fetchall()
+            return [_canonical_hash(json.loads(r[0])) for r in rows]
+
+        head = stored_hashes(0, min(n, count))
+        if head == hashes[: len(head)]:
+            return 0
+        tail_start = max(1, count - n)
+        tail = stored_hashes(tail_start, count)
+        for start in range(tail_start, count):
+            overlap = tail[start - tail_start :]
+            if overlap == hashes[: len(overlap)]:
+                return start
+        return count
+
+    @staticmethod
+    def _message(row: Sequence[Any]) -> StoredMessage:
+        return StoredMessage(
+            id=row[0],
+            conversation_id=row[1],
+            seq=int(row[2]),
+            role=row[3],
+            message=json.loads(row[4]),
+            token_count=int(row[5]),
+            identity_key=row[6],
+            created_at=float(row[7]),
+        )
+
+    def message_count(self, conversation_id: str) -> int:
+        rows = self._read(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = %s",
+            (conversation_id,),
+        )
+        return int(rows[0][0])
+
+    def get_messages(
+        self, conversation_id: str, seq_start: int = 0, seq_end: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages with ``seq_start <= seq < seq_end`` in order."""
+        end = seq_end if seq_end is not None else 2**62
+        rows = self._read(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s"
+            " AND seq >= %s AND seq < %s ORDER BY seq",
+            (conversation_id, seq_start, end),
+        )
+        return [self._message(r) for r in rows]
+
+    def get_message(self, conversation_id: str, message_id: str) -> StoredMessage | None:
+        rows = self._read(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = %s AND conversation_id = %s",
+            (message_id, conversation_id),
+        )
+        return self._message(rows[0]) if rows else None
+
+    # ------------------------------------------------------------------ summaries and context
+
+    def _summaries(
+        self, conn: psycopg.Connection[Any], rows: Sequence[Sequence[Any]]
+    ) -> list[SummaryRecord]:
+        ids = [r[0] for r in rows]
+        sources: dict[str, list[str]] = {i: [] for i in ids}
+        for summary_id, source_id in conn.execute(
+            "SELECT summary_id, source_id FROM summary_sources WHERE summary_id = ANY(%s)"
+            " ORDER BY summary_id, position",
+            (ids,),
+        ):
+            sources[summary_id].append(source_id)
+        return [
+            SummaryRecord(
+                id=r[0],
+                conversation_id=r[1],
+                kind=r[2],
+                depth=int(r[3]),
+                content=_from_pg_text(r[4], r[5]),
+                token_count=int(r[6]),
+                seq_start=int(r[7]),
+                seq_end=int(r[8]),
+                time_start=float(r[9]),
+                time_end=float(r[10]),
+                descendant_count=int(r[11]),
+                fallback=bool(r[12]),
+                created_at=float(r[13]),
+                source_ids=tuple(sources[r[0]]),
+            )
+            for r in rows
+        ]
+
+    def get_summary(self, conversation_id: str, summary_id: str) -> SummaryRecord | None:
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE id = %s AND conversation_id = %s",
+                (summary_id, conversation_id),
+            ).fetchall()
+            return self._summaries(conn, rows)[0] if rows else None
+
+    def parent_summary(self, conversation_id: str, item_id: str) -> str | None:
+        """The id of the summary whose sources include ``item_id``, if any."""
+        rows = self._read(
+            "SELECT summary_id FROM summary_sources WHERE conversation_id = %s"
+            " AND source_id = %s LIMIT 1",
+            (conversation_id, item_id),
+        )
+        return str(rows[0][0]) if rows else None
+
+    def get_context(self, conversation_id: str) -> list[ContextRef]:
+        rows = self._read(
+            "SELECT kind, ref_id FROM context_items WHERE conversation_id = %s ORDER BY position",
+            (conversation_id,),
+        )
+        return [ContextRef(kind=r[0], id=r[1]) for r in rows]
+
+    def _check_refs(
+        self, conn: psycopg.Connection[Any], conversation_id: str, kind: str, ids: Sequence[str]
+    ) -> None:
+        """Refuse references to items this conversation does not hold (isolation, integrity)."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return
+        table = "messages" if kind == "message" else "summaries"
+        found = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM {table} WHERE conversation_id = %s AND id = ANY(%s)",
+                (conversation_id, unique),
+            )
+        }
+        missing = sorted(set(unique) - found)
+        if missing:
+            raise StoreError(
+                f"unknown {kind} id(s) in conversation {conversation_id!r}: "
+                + ", ".join(missing[:5])
+            )
+
+    def _write_context(
+        self, conn: psycopg.Connection[Any], conversation_id: str, items: Sequence[ContextRef]
+    ) -> None:
+        for kind in ("message", "summary"):
+            self._check_refs(conn, conversation_id, kind, [i.id for i in items if i.kind == kind])
+        conn.execute("DELETE FROM context_items WHERE conversation_id = %s", (conversation_id,))
+        if items:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO context_items VALUES (%s, %s, %s, %s)",
+                    [(conversation_id, pos, item.kind, item.id) for pos, item in enumerate(items)],
+                )
+
+    def replace_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None:
+        """Persist the active context; every reference must belong to this conversation."""
+        with self._tx() as conn:
+            self._lock_conversation(conn, conversation_id)
+            self._write_context(conn, conversation_id, items)
+            conn.execute(
+                "UPDATE conversations SET updated_at = %s WHERE id = %s",
+                (self._clock(), conversation_id),
+            )
+
+    def commit_compaction(
+        self,
+        conversation_id: str,
+        summaries: Sequence[NewSummary],
+        new_context: Sequence[ContextRef] | None,
+    ) -> list[SummaryRecord]:
+        """Write summaries with their edges, and replace the active context, in one transaction.
+
+        Called by the engine once per compaction step. Holds the conversation's
+        compaction commit lock (``pg_advisory_xact_lock``) for the transaction:
+        commits of one conversation never interleave, and nothing is visible
+        until the whole step commits. ``new_context`` may name the new
+        summaries as ``"new:0"``, ``"new:1"``...
+        """
+        now = self._clock()
+        records: list[SummaryRecord] = []
+        with self._tx() as conn:
+            key = _lock_key("commit", self.schema, conversation_id)
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+            self._require_conversation(conn, conversation_id)
+            written: list[str] = []
+            for summary in summaries:
+                if summary.kind not in ("leaf", "condensed"):
+                    raise StoreError(
+                        f"summary kind must be leaf or condensed, not {summary.kind!r}"
+                    )
+                source_kind = "message" if summary.kind == "leaf" else "summary"
+                try:
+                    sources = [
+                        written[int(s[4:])] if s.startswith("new:") else s
+                        for s in summary.source_ids
+                    ]
+                except (ValueError, IndexError):
+                    raise StoreError("a source placeholder names no earlier new summary") from None
+                self._check_refs(conn, conversation_id, source_kind, sources)
+                summary_id = "sum_" + secrets.token_hex(8)
+                content, escaped = _to_pg_text(summary.content)
+                conn.execute(
+                    f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body) VALUES"
+                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        summary_id,
+                        conversation_id,
+                        summary.kind,
+                        summary.depth,
+                        content,
+                        escaped,
+                        summary.token_count,
+                        summary.seq_start,
+                        summary.seq_end,
+                        summary.time_start,
+                        summary.time_end,
+                        summary.descendant_count,
+                        bool(summary.fallback),
+                        now,
+                        summary.content.replace("\x00", " "),
+                    ),
+                )
+                if sources:
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO summary_sources VALUES (%s, %s, %s, %s, %s)",
+                            [
+                                (summary_id, pos, source_kind, source, conversation_id)
+                                for pos, source in enumerate(sources)
+                            ],
+                        )
+                written.append(summary_id)
+                records.append(
+                    SummaryRecord(
+                        id=summary_id,
+                        conversation_id=conversation_id,
+                        kind=summary.kind,
+                        depth=summary.depth,
+                        content=summary.content,
+                        token_count=summary.token_count,
+                        seq_start=summary.seq_start,
+                        seq_end=summary.seq_end,
+                        time_start=summary.time_start,
+                        time_end=summary.time_end,
+                        descendant_count=summary.descendant_count,
+                        fallback=summary.fallback,
+                        created_at=now,
+                        source_ids=tuple(sources),
+                    )
+                )
+            if new_context is not None:
+                resolved = []
+                for item in new_context:
+                    if item.id.startswith("new:"):
+                        try:
+                            item = ContextRef(kind="summary", id=written[int(item.id[4:])])
+                        except (ValueError, IndexError):
+                            raise StoreError(
+                                f"no new summary for placeholder {item.id!r}"
+                            ) from None
+                    resolved.append(item)
+                self._write_context(conn, conversation_id, resolved)
+            conn.execute(
+                "UPDATE conversations SET updated_at = %s WHERE id = %s", (now, conversation_id)
+            )
+        return records
+
+    @contextmanager
+    def compaction_lock(self, conversation_id: str, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the conversation's compaction lock for a whole compaction; yields whether held.
+
+        For hosts running several workers per conversation: wrap the compaction
+        (summariser calls and :meth:`commit_compaction`) in it and only one
+        worker compacts a conversation at a time. With ``wait=False`` it yields
+        False at once when another worker holds the lock (skip compacting).
+        The lock is a session advisory lock on a dedicated pooled connection:
+        a worker that dies releases it with its connection.
+        """
+        key = _lock_key("compaction", self.schema, conversation_id)
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    if wait:
+                        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+                        held = True
+                    else:
+                        row = conn.execute(
+                            "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+                        ).fetchone()
+                        held = bool(row and row[0])
+                    try:
+                        yield held
+                    finally:
+                        if held:
+                            conn.execute(
+                                "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,)
+                            )
+                finally:
+                    conn.autocommit = False
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL archive {self.url}: compaction lock: {exc}") from exc
+
+    # ------------------------------------------------------------------ large contents
+
+    def put_large_content(
+        self, conversation_id: str, message_id: str, content: str, token_count: int
+    ) -> LargeContent:
+        """Store a tool result too large for the view; the engine calls it when swapping one out."""
+        record = LargeContent(
+            id="lc_" + secrets.token_hex(8),
+            conversation_id=conversation_id,
+            message_id=message_id,
+            content=content,
+            token_count=token_count,
+            created_at=self._clock(),
+        )
+        text, escaped = _to_pg_text(content)
+        with self._tx() as conn:
+            self._require_conversation(conn, conversation_id)
+            conn.execute(
+                "INSERT INTO large_contents VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    record.id,
+                    conversation_id,
+                    message_id,
+                    text,
+                    escaped,
+                    token_count,
+                    record.created_at,
+                ),
+            )
+        return record
+
+    def get_large_content(self, conversation_id: str, content_id: str) -> LargeContent | None:
+        rows = self._read(
+            "SELECT id, conversation_id, message_id, content, nul_escaped, token_count, created_at"
+            " FROM large_contents WHERE id = %s AND conversation_id = %s",
+            (content_id, conversation_id),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return LargeContent(
+            id=r[0],
+            conversation_id=r[1],
+            message_id=r[2],
+            content=_from_pg_text(r[3], r[4]),
+            token_count=int(r[5]),
+            created_at=float(r[6]),
+        )
+
+    # ------------------------------------------------------------------ search
+
+    def search(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        mode: Literal["text", "regex"] = "text",
+        scope: Literal["messages", "summaries", "all"] = "all",
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """Ranked full-text (``ts_rank_cd`` + proximity rerank) or bounded regex search.
+
+        The engine of ``lcm_grep``, scoped to one conversation. Raises
+        :class:`StoreError` for an unknown conversation, a bad mode/scope/cursor,
+        an invalid regex or a regex that runs past ``regex_timeout_ms``.
+        """
+        if mode not in ("text", "regex"):
+            raise StoreError(f"mode must be 'text' or 'regex', not {mode!r}")
+        if scope not in ("messages", "summaries", "all"):
+            raise StoreError(f"scope must be 'messages', 'summaries' or 'all', not {scope!r}")
+        limit = max(1, min(int(limit), _search.MAX_LIMIT))
+        offset = 0
+        if cursor:
+            offset = _search.decode_cursor(cursor, conversation_id, mode, scope, query)
+        with self._tx() as conn:
+            self._require_conversation(conn, conversation_id)
+            if mode == "regex":
+                hits, more = search_regex(
+                    conn, conversation_id, query, scope, limit, offset, self._regex_timeout_ms
+                )
+            else:
+                if offset > _search.MAX_OFFSET:
+                    raise StoreError(
+                        f"search results beyond {_search.MAX_OFFSET} are not served;"
+                        " refine the query"
+                    )
+                hits, more = search_text(conn, conversation_id, query, scope, limit, offset)
+            hits = with_summary_ids(conn, conversation_id, hits)
+        next_offset = offset + limit if mode == "text" else offset + len(hits)
+        next_cursor = (
+            _search.encode_cursor(conversation_id, mode, scope, query, next_offset)
+            if more and (mode == "regex" or next_offset <= _search.MAX_OFFSET)
+            else None
+        )
+        return SearchPage(results=hits, next_cursor=next_cursor)
+
+    # ------------------------------------------------------------------ retention and operations
+
+    def list_conversations(self) -> list[ConversationInfo]:
+        """Every conversation with its counts and stored bytes, oldest updated first."""
+        rows = self._read(
+            "SELECT c.id, c.session_key, c.created_at, c.updated_at,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),"
+            " (SELECT COUNT(*) FROM summaries s WHERE s.conversation_id = c.id),"
+            " (SELECT COALESCE(SUM(octet_length(m.json)), 0) FROM messages m"
+            "   WHERE m.conversation_id = c.id)"
+            " + (SELECT COALESCE(SUM(octet_length(s.content)), 0) FROM summaries s"
+            "   WHERE s.conversation_id = c.id)"
+            " + (SELECT COALESCE(SUM(octet_length(l.content)), 0) FROM large_contents l"
+            "   WHERE l.conversation_id = c.id)"
+            " FROM conversations c ORDER BY c.updated_at, c.id"
+        )
+        return [
+            ConversationInfo(
+                id=r[0],
+                session_key=r[1],
+                created_at=float(r[2]),
+                updated_at=float(r[3]),
+                message_count=int(r[4]),
+                summary_count=int(r[5]),
+                bytes=int(r[6]),
+            )
+            for r in rows
+        ]
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        """Delete a conversation with all its rows and index entries (retention only)."""
+        with self._tx() as conn:
+            self._delete(conn, conversation_id)
+
+    @staticmethod
+    def _delete(conn: psycopg.Connection[Any], conversation_id: str) -> None:
+        # Edges first: the cascade from summaries would otherwise check them one by one.
+        conn.execute("DELETE FROM summary_sources WHERE conversation_id = %s", (conversation_id,))
+        conn.execute("DELETE FROM conversations WHERE id = %s", (conversation_id,))
+
+    def prune(self, *, older_than_s: float | None = None, max_bytes: int | None = None) -> int:
+        """Delete whole conversations by age and size cap; return how many (see ``retention``)."""
+        doomed = plan_prune(
+            self.list_conversations(),
+            now=self._clock(),
+            older_than_s=older_than_s,
+            max_bytes=max_bytes,
+        )
+        if doomed:
+            with self._tx() as conn:
+                for info in doomed:
+                    self._delete(conn, info.id)
+        return len(doomed)
+
+    def vacuum(self) -> None:
+        """``VACUUM (ANALYZE)`` the archive's tables, outside a transaction as PostgreSQL needs."""
+        tables = (
+            "conversations",
+            "messages",
+            "summaries",
+            "summary_sources",
+            "context_items",
+            "large_contents",
+        )
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    for table in tables:
+                        conn.execute(
+                            sql.SQL("VACUUM (ANALYZE) {}.{}").format(
+                                sql.Identifier(self.schema), sql.Identifier(table)
+                            )
+                        )
+                finally:
+                    conn.autocommit = False
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL archive {self.url}: vacuum failed: {exc}") from exc
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of every kind of row, the schema version and the bytes the schema takes."""
+        with self._tx() as conn:
+
+            def one(query: str, params: Sequence[Any] = ()) -> int:
+                row = conn.execute(query, params).fetchone()
+                return int(row[0]) if row and row[0] is not None else 0
+
+            return {
+                "url": self.url,
+                "schema": self.schema,
+                "schema_version": one("SELECT MAX(version) FROM schema_version"),
+                "conversations": one("SELECT COUNT(*) FROM conversations"),
+                "messages": one("SELECT COUNT(*) FROM messages"),
+                "summaries": one("SELECT COUNT(*) FROM summaries"),
+                "summary_edges": one("SELECT COUNT(*) FROM summary_sources"),
+                "context_items": one("SELECT COUNT(*) FROM context_items"),
+                "large_contents": one("SELECT COUNT(*) FROM large_contents"),
+                "index_rows": one(
+                    "SELECT (SELECT COUNT(*) FROM messages) + (SELECT COUNT(*) FROM summaries)"
+                ),
+                "file_bytes": one(
+                    "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind = 'r'",
+                    (self.schema,),
+                ),
+                "trigram_index": bool(
+                    one(
+                        "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = %s"
+                        " AND indexname = 'messages_body_trgm'",
+                        (self.schema,),
+                    )
+                ),
+            }
+
+    def close(self) -> None:
+        """Close the pool (and its connections); further calls raise :class:`StoreError`."""
+        self._pool.close()

@@ -1,0 +1,307 @@
+"""Search-query handling shared by every store: safe FTS queries, reranking, cursors, regex.
+
+Stores call these helpers from ``Store.search`` (the engine of ``lcm_grep``):
+
+* :func:`parse_query` turns the model's or user's text into terms and quoted
+  phrases. Nothing of the text reaches the full-text engine unquoted, so no
+  input (``"``, ``AND OR NOT``, ``*``, ``NEAR(``, ``col:``, ``^``, emoji...)
+  can break the query syntax. Stop words are dropped unless nothing else is left.
+* :func:`fts5_match` builds the SQLite FTS5 ``MATCH`` expression: every quoted
+  phrase is required, the bare terms are OR-ed (natural-language questions
+  rarely share all their words with the answer; BM25 ranks the rows that share
+  more of them first).
+* :func:`rerank` is the second pass over the best BM25 candidates: it rewards
+  rows that cover more distinct query terms and hold query words next to each
+  other (proximity), which BM25 alone ignores.
+* :func:`encode_cursor` / :func:`decode_cursor` make opaque page cursors bound
+  to one conversation, mode, scope and query; a cursor from another query or
+  conversation is rejected.
+* :func:`compile_regex` and :func:`regex_find` give bounded regex search: a
+  compile error is a clear :class:`~contextengine.errors.StoreError`, text is
+  capped per row and every match runs under a timeout, so a catastrophic
+  pattern cannot hang the agent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextengine.errors import StoreError
+
+try:  # the `regex` module (a tiktoken dependency) can time a match out; `re` cannot
+    import regex as _regex  # type: ignore[import-untyped]  # regex ships no type stubs
+except ImportError:  # pragma: no cover - tiktoken always brings it
+    _regex = None
+
+__all__ = [
+    "HIGHLIGHT_CLOSE",
+    "HIGHLIGHT_OPEN",
+    "MAX_LIMIT",
+    "MAX_OFFSET",
+    "REGEX_MAX_ROWS",
+    "REGEX_ROW_CHARS",
+    "STOP_WORDS",
+    "ParsedQuery",
+    "compile_regex",
+    "decode_cursor",
+    "encode_cursor",
+    "fts5_match",
+    "parse_query",
+    "regex_find",
+    "rerank",
+    "snippet_around",
+]
+
+#: Markers around the matched text in snippets.
+HIGHLIGHT_OPEN = "«"
+HIGHLIGHT_CLOSE = "»"
+#: Largest page a search returns.
+MAX_LIMIT = 100
+#: Deepest offset a cursor may point to: pages beyond it are refused, not computed.
+MAX_OFFSET = 5_000
+#: Regex mode scans at most this many rows per call, then returns a cursor to continue.
+REGEX_MAX_ROWS = 20_000
+#: Regex mode looks at the first this-many characters of each row.
+REGEX_ROW_CHARS = 100_000
+#: Timeout of one regex match over one row, in seconds.
+REGEX_ROW_TIMEOUT_S = 0.25
+#: Number of BM25 candidates the second pass reorders.
+RERANK_WINDOW = 100
+#: Characters of context on each side of a match in a snippet.
+SNIPPET_CONTEXT = 90
+
+_STOP_WORDS_TEXT = """
+a about above after again against all am an and any are aren as at be because been before
+being below between both but by can cannot could couldn did didn do does doesn doing don
+down during each few for from further had hadn has hasn have haven having he her here hers
+herself him himself his how i if in into is isn it its itself just let ll me more most
+mustn my myself no nor not now of off on once only or other ought our ours ourselves out
+over own re same shan she should shouldn so some such than that the their theirs them
+themselves then there these they this those through to too under until up ve very was
+wasn we were weren what when where which while who whom why will with won would wouldn you
+your yours yourself yourselves s t d m o y kind sort type ever also whose
+"""
+#: English stop words dropped from text queries (kept when a query has nothing else).
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+
+_PHRASE = re.compile(r'"([^"]*)"')
+_WORD = re.compile(r"\w+\*?", re.UNICODE)
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+_SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ness", "er")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedQuery:
+    """A query split into required phrases (each a tuple of words) and optional terms."""
+
+    phrases: tuple[tuple[str, ...], ...]
+    terms: tuple[str, ...]
+    #: Terms the user ended with ``*``: matched as prefixes.
+    prefixes: frozenset[str] = frozenset()
+
+    @property
+    def empty(self) -> bool:
+        return not self.phrases and not self.terms
+
+
+def parse_query(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> ParsedQuery:
+    """Split ``text`` into quoted phrases and lower-cased terms, dropping stop words.
+
+    A double quote without its partner is ignored. Stop words are kept only
+    when the query has nothing else (a search for "the who" still finds
+    something). Duplicate terms are dropped, first occurrence wins.
+    """
+    phrases: list[tuple[str, ...]] = []
+    for raw in _PHRASE.findall(text):
+        words = tuple(w.lower() for w in _TOKEN.findall(raw))
+        if words and words not in phrases:
+            phrases.append(words)
+    rest = _PHRASE.sub(" ", text)
+    raw_words = [w.lower() for w in _WORD.findall(rest)]
+    prefixes = frozenset(w[:-1] for w in raw_words if w.endswith("*") and len(w) > 1)
+    bare = [w.rstrip("*") for w in raw_words if w.rstrip("*")]
+    kept = [w for w in bare if w not in stop_words] or ([] if phrases else bare)
+    terms: list[str] = []
+    for word in kept:
+        if word not in terms:
+            terms.append(word)
+    return ParsedQuery(phrases=tuple(phrases), terms=tuple(terms), prefixes=prefixes)
+
+
+def _quote(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
+
+
+def fts5_match(
+    query: ParsedQuery, *, phrase_columns: str = "body", term_columns: str = "{body ctx}"
+) -> str:
+    """The FTS5 expression for ``query``; "" when the query is empty.
+
+    Every phrase is required, in ``phrase_columns`` (the row's own text);
+    terms are alternatives, in ``term_columns`` (the row's text and the context
+    column, see the SQLite store). When there are both, the terms are OR-ed
+    with the first phrase so they add to the BM25 score (FTS5 scores every
+    phrase of the expression) without being required.
+    """
+    if query.empty:
+        return ""
+    phrases = [
+        f"{phrase_columns} : (" + " ".join(_quote(w) for w in p) + ")" for p in query.phrases
+    ]
+    terms = [
+        f"{term_columns} : (" + _quote(t) + (" *" if t in query.prefixes else "") + ")"
+        for t in query.terms
+    ]
+    if not phrases:
+        return " OR ".join(terms)
+    if not terms:
+        return " AND ".join(phrases)
+    optional = " OR ".join([*terms, phrases[0]])
+    return " AND ".join(phrases) + f" AND ({optional})"
+
+
+@functools.lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    """A crude suffix stripper, good enough to line up "paints" with "painting" when reranking."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def rerank(
+    query: ParsedQuery, candidates: Sequence[tuple[float, str]], *, window: int = RERANK_WINDOW
+) -> list[int]:
+    """Reorder the best ``window`` candidates; return the indexes of all candidates in new order.
+
+    ``candidates`` are ``(score, text)`` pairs in BM25 order, higher score
+    better. Within the window a row's score is multiplied up by the share of
+    distinct query terms it holds and by query terms found next to each other
+    (in query order, up to two words apart); rows past the window keep their
+    BM25 order, so pagination stays deterministic.
+    """
+    wanted = [_stem(t) for t in query.terms] + [_stem(w) for p in query.phrases for w in p]
+    wanted = list(dict.fromkeys(wanted))
+    head = list(range(min(window, len(candidates))))
+    if len(wanted) < 2 or not head:
+        return list(range(len(candidates)))
+    pairs = set(itertools.pairwise(wanted))
+    boosted: list[tuple[float, int]] = []
+    for index in head:
+        score, text = candidates[index]
+        stems = [_stem(w) for w in _TOKEN.findall(text.lower())]
+        positions: dict[str, list[int]] = {}
+        for pos, stem in enumerate(stems):
+            if stem in wanted:
+                positions.setdefault(stem, []).append(pos)
+        coverage = len(positions) / len(wanted)
+        near = 0
+        for first, second in pairs:
+            if any(
+                0 < b - a <= 3 for a in positions.get(first, ()) for b in positions.get(second, ())
+            ):
+                near += 1
+        boosted.append((score * (1.0 + coverage) * (1.0 + 0.3 * near), index))
+    boosted.sort(key=lambda pair: (-pair[0], pair[1]))
+    return [index for _, index in boosted] + list(range(len(head), len(candidates)))
+
+
+# ------------------------------------------------------------------------------------ cursors
+
+
+def _query_hash(conversation_id: str, mode: str, scope: str, query: str) -> str:
+    material = json.dumps([conversation_id, mode, scope, query], ensure_ascii=False)
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def encode_cursor(conversation_id: str, mode: str, scope: str, query: str, offset: int) -> str:
+    """An opaque cursor for the page starting at ``offset`` of this exact search."""
+    payload = {"o": offset, "q": _query_hash(conversation_id, mode, scope, query)}
+    raw = json.dumps(payload, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, conversation_id: str, mode: str, scope: str, query: str) -> int:
+    """The offset a cursor points to; :class:`StoreError` if it is malformed or foreign."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload: Any = json.loads(raw)
+        offset = payload["o"]
+        digest = payload["q"]
+    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
+        raise StoreError("invalid cursor: pass the next_cursor of a previous result") from None
+    if not isinstance(offset, int) or isinstance(offset, bool) or not isinstance(digest, str):
+        raise StoreError("invalid cursor: pass the next_cursor of a previous result")
+    if digest != _query_hash(conversation_id, mode, scope, query):
+        raise StoreError(
+            "cursor belongs to another search (query, mode, scope or conversation differ)"
+        )
+    if not 0 <= offset <= MAX_OFFSET * 10:
+        raise StoreError("invalid cursor: offset out of range")
+    return offset
+
+
+# ------------------------------------------------------------------------------------ regex
+
+
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
+
+
+def compile_regex(pattern: str) -> Any:
+    """Compile ``pattern``; :class:`StoreError` naming the problem when it is invalid.
+
+    With the ``regex`` module every match later runs under a timeout; with
+    plain ``re`` (no timeout available) nested unbounded quantifiers such as
+    ``(a+)+``, the classic catastrophic shape, are refused up front.
+    """
+    if len(pattern) > 1_000:
+        raise StoreError("regular expression too long (over 1000 characters)")
+    if _regex is not None:
+        try:
+            return _regex.compile(pattern, _regex.VERSION0)
+        except _regex.error as exc:
+            raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
+    if _NESTED_QUANTIFIER.search(pattern):  # pragma: no cover - only without `regex`
+        raise StoreError(f"regular expression {pattern!r} has nested quantifiers; simplify it")
+    try:  # pragma: no cover - only without `regex`
+        return re.compile(pattern)
+    except re.error as exc:  # pragma: no cover
+        raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def regex_find(compiled: Any, text: str) -> tuple[int, int] | None:
+    """The span of the first match of ``compiled`` in (the capped) ``text``, or None.
+
+    A match that times out counts as no match: the row is skipped rather than
+    hanging the search.
+    """
+    text = text[:REGEX_ROW_CHARS]
+    try:
+        if _regex is not None:
+            match = compiled.search(text, timeout=REGEX_ROW_TIMEOUT_S)
+        else:  # pragma: no cover - only without `regex`
+            match = compiled.search(text)
+    except TimeoutError:
+        return None
+    if match is None:
+        return None
+    return int(match.start()), int(match.end())
+
+
+def snippet_around(text: str, start: int, end: int, *, context: int = SNIPPET_CONTEXT) -> str:
+    """Text around ``text[start:end]`` with the match highlighted, on one line, bounded."""
+    end = min(end, start + 2 * context)
+    left = max(0, start - context)
+    right = min(len(text), end + context)
+    piece = text[left:start] + HIGHLIGHT_OPEN + text[start:end] + HIGHLIGHT_CLOSE + text[end:right]
+    piece = " ".join(piece.split())
+    return ("…" if left > 0 else "") + piece + ("…" if right < len(text) else "")

@@ -1,0 +1,524 @@
+"""Summarisers: the ``Summarizer`` protocol, ``SummaryRequest``, and the shipped implementations.
+
+An engine that compacts a region of the conversation builds a
+:class:`SummaryRequest` and hands it to a summariser, which returns plain text
+(the engine wraps it in its reference-material markers). Two summarisers ship:
+
+* :class:`DeterministicSummarizer` (this module): the embedded default, no
+  model and no network. It keeps the user's requests verbatim, a one-line
+  record of every action and tool call, and an index of the exact identifiers
+  of the region (see :mod:`contextengine.anchors`), merged with the previous
+  summary and fitted to the budget.
+* :class:`~contextengine.openai_summarizer.OpenAICompatibleSummarizer`: any
+  chat-completions endpoint, built from the environment by
+  :func:`~contextengine.openai_summarizer.summarizer_from_env`. Re-exported here.
+
+The deterministic summary format is stable, so that the next compaction can
+parse it back and merge rather than nest::
+
+    ## User requests
+    - first request, verbatim
+      its second line, indented by two spaces
+    ## Actions
+    - bash(command='pytest -q') -> exit 1, 2.3k chars
+    ## Anchors
+    ### files
+    - src/app.py (×3)
+    ### errors
+    - KeyError
+
+``(×N)`` is how many messages mentioned an anchor (omitted for 1); it is what
+ranks anchors when the budget forces some out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from contextengine.anchors import ANCHOR_KINDS, find_anchors
+from contextengine.anchors import anchors_from_tool_call as _tool_call_anchors
+from contextengine.openai_summarizer import OpenAICompatibleSummarizer, summarizer_from_env
+from contextengine.summary_prompt import bound_text, content_text
+from contextengine.tokens import count_tokens
+
+__all__ = [
+    "DeterministicSummarizer",
+    "OpenAICompatibleSummarizer",
+    "Summarizer",
+    "SummaryRequest",
+    "summarizer_from_env",
+]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRequest:
+    """Everything a summariser needs to summarise one region of a conversation.
+
+    Built by engines, consumed by :class:`Summarizer` implementations. New
+    fields are added with defaults, so summarisers written today keep working.
+    """
+
+    #: The region to summarise, already bounded, redacted and stripped of thinking blocks.
+    messages: list[Message]
+    #: The summary this one replaces (its content is merged, never nested), or "".
+    previous_summary: str = ""
+    #: What a manual compress asked to prioritise, or None.
+    focus_topic: str | None = None
+    #: Text from a memory provider, after ``sanitize_memory_context``.
+    memory_context: str = ""
+    #: The summary must fit in about this many tokens.
+    token_budget: int = 2_000
+    #: The rendered prompt, for summarisers backed by a language model.
+    prompt: str = ""
+    #: Free-form extras for custom summarisers (engine name, depth, ...).
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Anything with ``summarize(request) -> str``.
+
+    Raise :class:`~contextengine.SummarizerAuthError` when the summariser can
+    never succeed without the user's help (bad key, no quota), and
+    :class:`~contextengine.SummarizerTransientError` for everything that may
+    pass (timeouts, 429, 5xx, malformed answers).
+    """
+
+    def summarize(self, request: SummaryRequest) -> str: ...
+
+
+# ---------------------------------------------------------------- the format
+
+_REQUESTS = "## User requests"
+_ACTIONS = "## Actions"
+_ANCHORS = "## Anchors"
+_EARLIER = "## Earlier summary"
+_COUNT_SUFFIX = re.compile(r"^(.*) \(×(\d+)\)$")
+
+#: Older user requests are kept up to this many characters (head and tail);
+#: the most recent one is kept whole unless the budget itself is smaller.
+OLDER_REQUEST_CHARS = 1_500
+_ACTION_TEXT_CHARS = 160
+_ARG_VALUE_CHARS = 80
+_ARGS_CHARS = 200
+_SHORT_RESULT_CHARS = 100
+_EARLIER_SUMMARY_CHARS = 8_000
+_KEY_ARGS = (
+    "command",
+    "cmd",
+    "path",
+    "file_path",
+    "filename",
+    "file",
+    "pattern",
+    "query",
+    "url",
+    "old_str",
+    "reservation_id",
+    "user_id",
+)
+_EXIT_CODE = re.compile(
+    r"(?:exit[ _](?:code|status)|returncode|return code|exited with(?: code)?)\W{0,3}(-?\d{1,3})"
+    r"|<returncode>\s*(-?\d{1,3})\s*</returncode>",
+    re.IGNORECASE,
+)
+_OBSERVATION_PREFIXES = (
+    "<returncode>",
+    "<output>",
+    "observation:",
+    "[tool result]",
+    "tool result:",
+)
+_WORD = re.compile(r"[\w./-]{3,}")
+_STOPWORDS = frozenset({"the", "and", "for", "with", "about", "that", "this", "from", "into"})
+
+
+def _item_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return ["- " + lines[0]] + ["  " + line for line in lines[1:]]
+
+
+@dataclass
+class _Item:
+    """One line (or verbatim block) of the summary, with what decides whether it stays."""
+
+    section: str  # "requests", "actions", "earlier" or an anchor kind
+    text: str
+    priority: tuple[float, ...]  # larger is kept first
+    order: tuple[float, ...]  # display order within the section
+    tokens: int = 0
+
+
+@dataclass
+class _Parsed:
+    requests: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    anchors: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    earlier: str = ""
+
+
+def _parse_previous(summary: str) -> _Parsed:
+    """Read a previous summary back; a summary in another format becomes ``earlier``."""
+    parsed = _Parsed()
+    section: str | None = None
+    items: list[list[str]] = []
+    target: list[tuple[str, list[list[str]]]] = []
+    for line in summary.splitlines():
+        if line in (_REQUESTS, _ACTIONS, _ANCHORS, _EARLIER):
+            section = line
+            if line != _ANCHORS:
+                items = []
+                target.append((line, items))
+            continue
+        if section == _ANCHORS and line.startswith("### "):
+            items = []
+            target.append((line[4:].strip(), items))
+            continue
+        if section is None:
+            continue
+        if line.startswith("- "):
+            items.append([line[2:]])
+        elif line.startswith("  ") and items:
+            items[-1].append(line[2:])
+        elif section == _EARLIER and line.strip():
+            items.append([line])
+    if not target:
+        parsed.earlier = summary.strip()
+        return parsed
+    for name, entries in target:
+        texts = ["\n".join(entry) for entry in entries]
+        if name == _REQUESTS:
+            parsed.requests.extend(texts)
+        elif name == _ACTIONS:
+            parsed.actions.extend(texts)
+        elif name == _EARLIER:
+            parsed.earlier = "\n".join(texts)
+        else:
+            bucket = parsed.anchors.setdefault(name, [])
+            for text in texts:
+                match = _COUNT_SUFFIX.match(text)
+                if match:
+                    bucket.append((match.group(1), int(match.group(2))))
+                else:
+                    bucket.append((text, 1))
+    return parsed
+
+
+# ---------------------------------------------------------------- the region
+
+
+def _size(chars: int) -> str:
+    if chars < 1_000:
+        return f"{chars} chars"
+    if chars < 1_000_000:
+        return f"{chars / 1_000:.1f}k chars"
+    return f"{chars / 1_000_000:.1f}M chars"
+
+
+def _parse_arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def _key_args(arguments: Any) -> str:
+    """``key='value', ...`` for the arguments a reader needs to recognise a call."""
+    parsed = _parse_arguments(arguments)
+    if isinstance(parsed, dict):
+        keys = [k for k in _KEY_ARGS if k in parsed]
+        keys += [k for k in parsed if k not in keys]
+        parts = []
+        for key in keys[:3]:
+            value = parsed[key]
+            if isinstance(value, str):
+                shown = value if len(value) <= _ARG_VALUE_CHARS else value[:_ARG_VALUE_CHARS] + "…"
+                parts.append(f"{key}={shown!r}")
+            else:
+                dumped = json.dumps(value, ensure_ascii=False, sort_keys=True)
+                parts.append(f"{key}={dumped[:40] + '…' if len(dumped) > 40 else dumped}")
+        if len(keys) > 3:
+            parts.append("…")
+        text = ", ".join(parts)
+    elif parsed in (None, ""):
+        text = ""
+    else:
+        text = repr(parsed) if isinstance(parsed, str) else json.dumps(parsed)
+    return text if len(text) <= _ARGS_CHARS else text[:_ARGS_CHARS] + "…"
+
+
+def _result_status(text: str) -> str:
+    """``exit N``, ``error`` or ``ok``, as visible in a tool result."""
+    match = None
+    for window in (text[:2_000], text[-2_000:]):
+        lowered = window.lower()
+        # The regex only runs where one of its words occurs: most results have none.
+        if "exit" in lowered or "return" in lowered:
+            match = match or _EXIT_CODE.search(window)
+    if match:
+        return f"exit {match.group(1) or match.group(2)}"
+    head = text.lstrip()[:300].lower()
+    if head.startswith("error") or "traceback (most recent call last)" in text[-4_000:].lower():
+        return "error"
+    return "ok"
+
+
+def _result_record(text: str | None) -> str:
+    if text is None:
+        return "no result"
+    stripped = text.strip()
+    status = _result_status(stripped)
+    if len(stripped) <= _SHORT_RESULT_CHARS and "\n" not in stripped:
+        return f"{status}: {stripped}" if stripped else f"{status}, empty"
+    return f"{status}, {_size(len(text))}"
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _walk(messages: Sequence[Message]) -> Iterator[tuple[int, str, str]]:
+    """``(position, kind, text)`` for the region: requests, action records, texts to index."""
+    results: dict[str, str] = {}
+    for message in messages:
+        if message.get("role") == "tool":
+            results.setdefault(
+                str(message.get("tool_call_id", "")), content_text(message.get("content"))
+            )
+    answered: set[str] = set()
+    for position, message in enumerate(messages):
+        role = message.get("role")
+        text = content_text(message.get("content"))
+        if role == "user":
+            stripped = text.strip()
+            if stripped.lower().startswith(_OBSERVATION_PREFIXES):
+                # Bash-only agents (mini-swe-agent, SWE-agent) send command
+                # output back as user messages; it is a tool result, not a request.
+                yield position, "action", f"observation -> {_result_record(text)}"
+            elif stripped:
+                yield position, "request", stripped
+        elif role == "assistant":
+            if text.strip():
+                yield position, "action", "assistant: " + _one_line(text, _ACTION_TEXT_CHARS)
+            for call in message.get("tool_calls") or []:
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function") or {}
+                name = str(function.get("name") or "tool")
+                call_id = str(call.get("id", ""))
+                answered.add(call_id)
+                record = _result_record(results.get(call_id))
+                args = _key_args(function.get("arguments"))
+                yield position, "action", f"{name}({args}) -> {record}"
+        elif role == "tool":
+            if str(message.get("tool_call_id", "")) not in answered:
+                yield position, "action", f"tool result -> {_result_record(text)}"
+        elif text.strip():
+            yield position, "action", f"{role}: " + _one_line(text, _ACTION_TEXT_CHARS)
+
+
+def _region_anchors(messages: Sequence[Message]) -> dict[str, tuple[str, int, int]]:
+    """``value -> (kind, messages mentioning it, last position)`` over the region."""
+    found: dict[str, tuple[str, int, int]] = {}
+    for position, message in enumerate(messages):
+        anchors = list(find_anchors(content_text(message.get("content"))))
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict):
+                function = call.get("function") or {}
+                anchors.extend(
+                    _tool_call_anchors(str(function.get("name") or ""), function.get("arguments"))
+                )
+        seen: set[str] = set()
+        for anchor in anchors:
+            if anchor.value in seen:
+                continue
+            seen.add(anchor.value)
+            kind, count, _ = found.get(anchor.value, (anchor.kind, 0, 0))
+            found[anchor.value] = (kind, count + 1, position)
+    return found
+
+
+# ---------------------------------------------------------------- the summariser
+
+
+class DeterministicSummarizer:
+    """The embedded default summariser: no model, no network, same input → same output.
+
+    Called by engines (the compressor by default, and as the fallback when a
+    model summariser fails) with the region being compacted; its work is
+    linear in that region. It keeps, in the stable format described in the
+    module docstring:
+
+    * the user's requests verbatim (older ones bounded to
+      :data:`OLDER_REQUEST_CHARS`, the most recent whole);
+    * a one-line record of each assistant message and tool call, with the
+      call's key arguments and its result status and size;
+    * an anchor index of exact identifiers, grouped by kind.
+
+    Everything from ``request.previous_summary`` is merged in, older than the
+    region. When the result exceeds ``request.token_budget``, the lowest
+    priority lines go first: the oldest actions, then the least referenced
+    and oldest anchors, then the oldest requests; the most recent request goes
+    last. Lines mentioning a word of ``request.focus_topic`` outrank all
+    others except the most recent request.
+    """
+
+    def summarize(self, request: SummaryRequest) -> str:
+        """Return the summary text for ``request``; never raises for content reasons."""
+        previous = _parse_previous(request.previous_summary or "")
+        items = self._items(request.messages, previous)
+        focus = _focus_words(request.focus_topic)
+        if focus:
+            for item in items:
+                if any(word in item.text.lower() for word in focus):
+                    item.priority = (item.priority[0], 1.0, *item.priority[2:])
+        text = _fit(items, max(request.token_budget, 1))
+        return text or "No earlier content."
+
+    def _items(self, messages: Sequence[Message], previous: _Parsed) -> list[_Item]:
+        items: list[_Item] = []
+        requests: list[tuple[tuple[float, ...], str]] = []
+        for index, text in enumerate(previous.requests):
+            requests.append(((0, index), text))
+        actions: list[_Item] = []
+        for index, text in enumerate(previous.actions):
+            actions.append(_Item("actions", text, (0, 0, 1, 0, index), (0, index)))
+        for sub, (position, kind, text) in enumerate(_walk(messages)):
+            if kind == "request":
+                requests.append(((1, position), text))
+            else:
+                actions.append(_Item("actions", text, (0, 0, 1, 1, sub), (1, sub)))
+        items.extend(actions)
+
+        # Identical requests ("continue", "yes") are kept once, at their latest place.
+        latest_of: dict[str, tuple[float, ...]] = {}
+        for order, text in requests:
+            latest_of[text] = order
+        unique = sorted(latest_of.items(), key=lambda pair: pair[1])
+        for rank, (text, order) in enumerate(unique):
+            is_latest = rank == len(unique) - 1
+            shown = text if is_latest else bound_text(text, OLDER_REQUEST_CHARS)
+            items.append(_Item("requests", shown, (float(is_latest), 0, 3, rank), order))
+
+        items.extend(_anchor_items(_region_anchors(messages), previous))
+        if previous.earlier:
+            earlier = bound_text(previous.earlier, _EARLIER_SUMMARY_CHARS)
+            items.append(_Item("earlier", earlier, (0, 0, 1.5), (0,)))
+        return items
+
+
+def _focus_words(topic: str | None) -> list[str]:
+    if not topic:
+        return []
+    words = [w.lower().strip("./-") for w in _WORD.findall(topic)]
+    return sorted({w for w in words if len(w) >= 3 and w not in _STOPWORDS})
+
+
+def _anchor_items(region: dict[str, tuple[str, int, int]], previous: _Parsed) -> list[_Item]:
+    """Anchor lines ranked by (mentions, recency); previous-only anchors rank as older."""
+    merged: dict[str, tuple[str, int, float]] = {}
+    total = sum(len(bucket) for bucket in previous.anchors.values())
+    rank = 0
+    for kind, bucket in previous.anchors.items():
+        for value, count in bucket:
+            if value not in merged:
+                # Stored order is already best-first, so earlier entries rank higher.
+                merged[value] = (kind, count, float(total - rank))
+                rank += 1
+    for value, (kind, count, position) in region.items():
+        old_kind, old_count, _ = merged.get(value, (kind, 0, 0.0))
+        merged[value] = (old_kind, old_count + count, float(total + 1 + position))
+    items = []
+    for value, (kind, count, recency) in merged.items():
+        text = value if count <= 1 else f"{value} (×{count})"
+        priority = (0.0, 0.0, 2.0, float(count), recency)
+        items.append(_Item(kind, text, priority, (-float(count), -recency)))
+    return items
+
+
+def _section_header(section: str) -> list[str]:
+    if section == "requests":
+        return [_REQUESTS]
+    if section == "actions":
+        return [_ACTIONS]
+    if section == "earlier":
+        return [_EARLIER]
+    return [f"### {section}"]
+
+
+def _render(chosen: list[_Item]) -> str:
+    by_section: dict[str, list[_Item]] = {}
+    for item in chosen:
+        by_section.setdefault(item.section, []).append(item)
+    lines: list[str] = []
+    anchor_kinds = list(ANCHOR_KINDS) + sorted(
+        s
+        for s in by_section
+        if s not in ANCHOR_KINDS and s not in ("requests", "actions", "earlier")
+    )
+    for section in ("earlier", "requests", "actions"):
+        if section in by_section:
+            lines.extend(_section_header(section))
+            for item in sorted(by_section[section], key=lambda i: i.order):
+                lines.extend(_item_lines(item.text))
+    if any(kind in by_section for kind in anchor_kinds):
+        lines.append(_ANCHORS)
+        for kind in anchor_kinds:
+            if kind in by_section:
+                lines.extend(_section_header(kind))
+                for item in sorted(by_section[kind], key=lambda i: i.order):
+                    lines.extend(_item_lines(item.text))
+    return "\n".join(lines)
+
+
+def _fit(items: list[_Item], budget: int) -> str:
+    """The highest-priority items that fit ``budget`` tokens, rendered."""
+    ranked = sorted(items, key=lambda i: i.priority, reverse=True)
+    headers: dict[str, int] = {}
+    chosen: list[_Item] = []
+    used = 0
+    anchors_started = False
+    for item in ranked:
+        item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
+        header_cost = 0
+        if item.section not in headers:
+            header_cost = count_tokens(_section_header(item.section)[0]) + 1
+            if item.section in ANCHOR_KINDS and not anchors_started:
+                header_cost += count_tokens(_ANCHORS) + 1
+        if item.section == "requests" and item.priority[0] == 1.0 and used + item.tokens > budget:
+            item.text = _shrink(item.text, budget - used - header_cost)
+            item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
+        if used + header_cost + item.tokens > budget:
+            continue
+        used += header_cost + item.tokens
+        headers.setdefault(item.section, header_cost)
+        anchors_started = anchors_started or item.section in ANCHOR_KINDS
+        chosen.append(item)
+    text = _render(chosen)
+    # Per-line counts can undercount where BPE merges across line breaks;
+    # drop the lowest-priority lines until the real count fits.
+    while chosen and count_tokens(text) > budget:
+        excess = count_tokens(text) - budget
+        while chosen and excess > 0:
+            excess -= chosen.pop().tokens
+        text = _render(chosen)
+    return text
+
+
+def _shrink(text: str, tokens: int) -> str:
+    """``text`` cut (head and tail) until it fits ``tokens``, for the latest request."""
+    limit = max(tokens, 8) * 3
+    shrunk = bound_text(text, limit)
+    while limit > 40 and count_tokens("\n".join(_item_lines(shrunk))) + 1 > tokens:
+        limit = limit * 3 // 4
+        shrunk = bound_text(text, limit)
+    return shrunk

@@ -1,0 +1,164 @@
+"""Pass 1 of the compressor (no model): descriptors, duplicate pointers, shrunk arguments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from compressor_conversations import (
+    assistant,
+    call,
+    coding_session,
+    log_output,
+    result,
+    system,
+    tool_pairs_intact,
+    user,
+)
+from contextengine.engines.compressor import ContextCompressor
+from contextengine.engines.compressor.prune import (
+    ARGS_MAX_CHARS,
+    PRUNE_MIN_CHARS,
+    describe_tool_output,
+    prune_region,
+    shrink_arguments,
+)
+from contextengine.messages import validate_messages
+
+Message = dict[str, Any]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "text", "expected"),
+    [
+        pytest.param(
+            "bash",
+            {"command": "pytest -x tests/test_api.py", "timeout": 60},
+            "F" * 500 + "\n<returncode>1</returncode>",
+            ["bash(command=pytest -x tests/test_api.py)", "exit 1", "chars", "lines"],
+            id="shell-with-exit-status",
+        ),
+        pytest.param(
+            "read_file",
+            {"path": "src/app.py"},
+            "x\n" * 400,
+            ["read_file(path=src/app.py)", "800 chars", "401 lines"],
+            id="file-read-no-status",
+        ),
+        pytest.param(
+            "search", {"q": "a" * 300, "k": 5}, "y" * 300, ["search(q=aaa", "…"], id="long-arg-cut"
+        ),
+    ],
+)
+def test_descriptor_names_tool_args_size_and_status(
+    name: str, args: dict[str, Any], text: str, expected: list[str]
+) -> None:
+    line = describe_tool_output(name, json.dumps(args), text)
+    assert "\n" not in line and len(line) < PRUNE_MIN_CHARS
+    for piece in expected:
+        assert piece in line
+    if "exit" not in " ".join(expected):
+        assert "exit" not in line
+
+
+def test_big_results_get_descriptors_small_ones_stay() -> None:
+    region = [
+        call(("a", "bash", {"command": "ls"}), ("b", "cat", {"path": "README.md"})),
+        result("a", "short listing"),
+        result("b", log_output(1)),
+    ]
+    pruned = prune_region(region)
+    assert pruned.messages[1] is region[1]
+    assert pruned.messages[2]["content"].startswith("[tool output pruned: cat(path=README.md)")
+    assert pruned.messages[2]["tool_call_id"] == "b"
+    assert (pruned.results_pruned, pruned.changed) == (1, [2])
+    assert region[2]["content"] == log_output(1), "input not mutated"
+
+
+def test_identical_outputs_point_to_the_first() -> None:
+    same = log_output(7)
+    region = [
+        call(("a", "bash", {"command": "git status"})),
+        result("a", same),
+        call(("b", "bash", {"command": "git status"})),
+        result("b", same),
+    ]
+    pruned = prune_region(region)
+    assert pruned.duplicates == 1
+    assert pruned.messages[3]["content"].startswith("[same output as the bash call a earlier")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(json.dumps({"path": "a.py", "content": "x" * 5_000}), id="long-string-value"),
+        pytest.param(json.dumps({f"k{i}": "v" * 40 for i in range(60)}), id="many-keys"),
+        pytest.param("not json " * 100, id="not-json"),
+        pytest.param(json.dumps(["y" * 2_000, {"deep": ["z" * 2_000]}]), id="nested"),
+    ],
+)
+def test_shrunk_arguments_stay_valid_json(arguments: str) -> None:
+    shrunk = shrink_arguments(arguments)
+    assert len(shrunk) <= ARGS_MAX_CHARS
+    json.loads(shrunk)
+    assert shrink_arguments(shrunk) == shrunk
+
+
+def test_pruning_is_idempotent() -> None:
+    convo = coding_session()
+    once = prune_region(convo).messages
+    twice = prune_region(once)
+    assert twice.changed == [] and twice.messages == once
+
+
+# ---------------------------------------------------------------- prune_tool_results_only
+
+
+def test_proactive_pruning_is_opt_in() -> None:
+    convo = coding_session(turns=30)
+    e = ContextCompressor(context_length=200_000)
+    out, reclaimed = e.prune_tool_results_only(convo)
+    assert out is convo and reclaimed == 0
+
+
+def test_proactive_pruning_commits_big_savings_and_keeps_pairs() -> None:
+    convo = coding_session(turns=30)
+    e = ContextCompressor(
+        context_length=200_000, proactive_prune_tokens=10_000, tail_token_budget=2_000
+    )
+    out, reclaimed = e.prune_tool_results_only(convo, current_tokens=20_000)
+    assert out is not convo and reclaimed >= 4_096
+    validate_messages(out)
+    assert tool_pairs_intact(out)
+    assert out[-6:] == convo[-6:], "the protected tail is untouched"
+    again, more = e.prune_tool_results_only(out, current_tokens=20_000)
+    assert again is out and more == 0, "idempotent"
+    assert e.compression_count == 0
+
+
+@pytest.mark.parametrize(
+    ("current", "convo"),
+    [
+        pytest.param(5_000, coding_session(turns=30), id="under-the-trigger"),
+        pytest.param(20_000, coding_session(turns=3), id="saves-under-4096"),
+    ],
+)
+def test_proactive_pruning_returns_the_same_list_when_not_worth_it(
+    current: int, convo: list[Message]
+) -> None:
+    e = ContextCompressor(context_length=200_000, proactive_prune_tokens=10_000)
+    out, reclaimed = e.prune_tool_results_only(convo, current_tokens=current)
+    assert out is convo and reclaimed == 0
+
+
+def test_pass_one_keeps_user_and_assistant_prose() -> None:
+    convo = [system(), user("task"), assistant("plan " * 200)]
+    convo += coding_session(turns=8)[1:]
+    e = ContextCompressor(context_length=16_000)
+    out = e.compress(convo)
+    assert e.last_compression is not None and e.last_compression.reason == "pruned"
+    assert [m.get("content") for m in out if m["role"] in ("user", "assistant")] == [
+        m.get("content") for m in convo if m["role"] in ("user", "assistant")
+    ]

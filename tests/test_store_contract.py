@@ -1,0 +1,365 @@
+"""The Store contract: every store (SQLite in memory and on disk, PostgreSQL) behaves alike."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextengine.errors import InvalidMessagesError, StoreError
+from contextengine.store import (
+    ContextRef,
+    NewSummary,
+    SQLiteStore,
+    Store,
+    default_store_path,
+    open_store,
+)
+from store_factories import STORE_FACTORIES, FakeClock, StoreFactory
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=STORE_FACTORIES)
+def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    factory: StoreFactory = request.param
+    opened = factory(tmp_path, clock)
+    yield opened
+    opened.close()
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(n):
+        msgs.append({"role": "user", "content": f"question {i}"})
+        msgs.append({"role": "assistant", "content": f"answer {i}"})
+    return msgs
+
+
+def tool_turn() -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "README.md setup.py"},
+    ]
+
+
+def test_store_satisfies_protocol(store: Store) -> None:
+    assert isinstance(store, Store)
+
+
+def test_open_conversation_is_stable_per_session_key(store: Store) -> None:
+    a = store.open_conversation("session-a")
+    assert store.open_conversation("session-a") == a
+    assert store.open_conversation("session-b") != a
+
+
+def test_messages_round_trip_verbatim_in_seq_order(store: Store) -> None:
+    cid = store.open_conversation("s")
+    msgs = history(2) + tool_turn()
+    stored = store.append_messages(cid, msgs, start_seq=0)
+    assert [m.seq for m in stored] == list(range(len(msgs)))
+    got = store.get_messages(cid)
+    assert [m.message for m in got] == msgs
+    assert [m.role for m in got] == [m["role"] for m in msgs]
+    assert store.message_count(cid) == len(msgs)
+    assert store.get_message(cid, stored[3].id) == got[3]
+    assert [m.seq for m in store.get_messages(cid, 2, 4)] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "second_call",
+    [
+        pytest.param({"start_seq": 0}, id="same-prefix-with-start-seq"),
+        pytest.param({}, id="same-prefix-aligned-by-content"),
+    ],
+)
+def test_storing_the_same_prefix_again_adds_nothing(
+    store: Store, second_call: dict[str, Any]
+) -> None:
+    cid = store.open_conversation("s")
+    msgs = history(3)
+    store.append_messages(cid, msgs, start_seq=0)
+    assert store.append_messages(cid, msgs, **second_call) == []
+    assert store.append_messages(cid, msgs[:4], **second_call) == []
+    assert store.message_count(cid) == len(msgs)
+
+
+def test_grown_history_stores_only_the_new_tail(store: Store) -> None:
+    cid = store.open_conversation("s")
+    msgs = history(2)
+    store.append_messages(cid, msgs)
+    longer = [*msgs, {"role": "user", "content": "question 0"}]  # same text as an older message
+    new = store.append_messages(cid, longer)
+    assert [(m.seq, m.message) for m in new] == [(len(msgs), longer[-1])]
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(
+            lambda m: [*m[-2:], {"role": "user", "content": "next"}], id="overlapping-tail"
+        ),
+        pytest.param(lambda m: [{"role": "user", "content": "next"}], id="only-new"),
+    ],
+)
+def test_batches_without_start_seq_append_only_what_is_new(store: Store, batch: Any) -> None:
+    cid = store.open_conversation("s")
+    msgs = history(2)
+    store.append_messages(cid, msgs)
+    new = store.append_messages(cid, batch(msgs))
+    assert [m.message["content"] for m in new] == ["next"]
+    assert [m.seq for m in store.get_messages(cid)] == list(range(len(msgs) + 1))
+
+
+def test_provider_message_ids_deduplicate_whatever_the_position(store: Store) -> None:
+    cid = store.open_conversation("s")
+    with_id = {"role": "assistant", "content": "hi", "id": "msg_provider_1"}
+    assert len(store.append_messages(cid, [with_id])) == 1
+    assert store.append_messages(cid, [with_id], start_seq=40) == []
+    assert store.get_messages(cid)[0].identity_key == "id:msg_provider_1"
+
+
+def test_recycled_tool_call_ids_never_drop_a_different_message(store: Store) -> None:
+    # Real providers reuse tool-call ids for different calls (tau-bench's gpt-4o
+    # runs do): each call and result is a message of its own and must be kept.
+    cid = store.open_conversation("s")
+    first = tool_turn()
+    second = tool_turn()
+    second[1] = {**second[1], "content": "LICENSE pyproject.toml"}
+    assert len(store.append_messages(cid, first, start_seq=0)) == 2
+    assert len(store.append_messages(cid, second, start_seq=2)) == 2
+    assert [m.message["content"] for m in store.get_messages(cid) if m.role == "tool"] == [
+        "README.md setup.py",
+        "LICENSE pyproject.toml",
+    ]
+    # Storing the same prefix again still adds nothing.
+    assert store.append_messages(cid, [*first, *second], start_seq=0) == []
+
+
+def test_identical_messages_at_different_positions_are_both_kept(store: Store) -> None:
+    cid = store.open_conversation("s")
+    msgs = [{"role": "user", "content": "continue"}] * 3
+    assert len(store.append_messages(cid, msgs, start_seq=0)) == 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(["not a dict"], id="not-a-dict"),
+        pytest.param([{"role": "user", "content": {1, 2}}], id="not-json"),
+    ],
+)
+def test_invalid_messages_are_refused(store: Store, bad: list[Any]) -> None:
+    cid = store.open_conversation("s")
+    with pytest.raises(InvalidMessagesError):
+        store.append_messages(cid, bad)
+    assert store.message_count(cid) == 0
+
+
+def test_unknown_conversation_is_a_store_error(store: Store) -> None:
+    with pytest.raises(StoreError, match="unknown conversation"):
+        store.append_messages("conv_nope", history(1))
+    with pytest.raises(StoreError, match="unknown conversation"):
+        store.search("conv_nope", "question")
+
+
+def _leaf(source_ids: list[str], content: str = "summary of the start") -> NewSummary:
+    return NewSummary(
+        kind="leaf",
+        depth=0,
+        content=content,
+        token_count=5,
+        source_ids=source_ids,
+        seq_start=0,
+        seq_end=len(source_ids) - 1,
+        time_start=1.0,
+        time_end=2.0,
+        descendant_count=len(source_ids),
+    )
+
+
+def test_compaction_writes_summaries_edges_and_context_at_once(store: Store) -> None:
+    cid = store.open_conversation("s")
+    stored = store.append_messages(cid, history(4), start_seq=0)
+    ids = [m.id for m in stored]
+    condensed = NewSummary(
+        kind="condensed",
+        depth=1,
+        content="everything so far",
+        token_count=3,
+        source_ids=["new:0", "new:1"],
+        seq_start=0,
+        seq_end=4,
+        time_start=1.0,
+        time_end=2.0,
+        descendant_count=5,
+        fallback=True,
+    )
+    context = [ContextRef(kind="summary", id="new:2")] + [
+        ContextRef(kind="message", id=i) for i in ids[5:]
+    ]
+    leaf_a, leaf_b, top = store.commit_compaction(
+        cid, [_leaf(ids[:3]), _leaf(ids[3:5]), condensed], context
+    )
+    assert top.id.startswith("sum_") and len(top.id) == 20
+    assert store.get_context(cid)[0] == ContextRef(kind="summary", id=top.id)
+    assert store.get_summary(cid, top.id) == top
+    assert top.source_ids == (leaf_a.id, leaf_b.id) and top.fallback
+    assert store.get_summary(cid, leaf_a.id).source_ids == tuple(ids[:3])  # type: ignore[union-attr]
+    assert store.parent_summary(cid, ids[4]) == leaf_b.id
+    assert store.parent_summary(cid, leaf_a.id) == top.id
+    assert store.parent_summary(cid, top.id) is None
+
+
+def test_every_stored_message_is_reachable_from_the_context(store: Store) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(3), start_seq=0)]
+    store.commit_compaction(
+        cid,
+        [_leaf(ids[:4])],
+        [ContextRef(kind="summary", id="new:0")]
+        + [ContextRef(kind="message", id=i) for i in ids[4:]],
+    )
+    reached: set[str] = set()
+    for ref in store.get_context(cid):
+        stack = [ref.id]
+        while stack:
+            item = stack.pop()
+            reached.add(item)
+            summary = store.get_summary(cid, item)
+            stack.extend(summary.source_ids if summary else ())
+    assert set(ids) <= reached
+
+
+def test_a_failed_compaction_leaves_nothing_behind(store: Store) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(2), start_seq=0)]
+    store.replace_context(cid, [ContextRef(kind="message", id=i) for i in ids])
+    with pytest.raises(StoreError):
+        store.commit_compaction(
+            cid,
+            [_leaf(ids[:2]), _leaf(["msg_does_not_exist"])],
+            [ContextRef(kind="summary", id="new:0")],
+        )
+    assert [r.id for r in store.get_context(cid)] == ids
+    assert store.parent_summary(cid, ids[0]) is None
+    assert store.search(cid, "summary start", scope="summaries").results == []
+
+
+def test_context_and_summaries_refuse_another_conversations_ids(store: Store) -> None:
+    mine = store.open_conversation("mine")
+    theirs = store.open_conversation("theirs")
+    foreign = store.append_messages(theirs, history(1), start_seq=0)[0].id
+    with pytest.raises(StoreError, match="unknown message"):
+        store.replace_context(mine, [ContextRef(kind="message", id=foreign)])
+    with pytest.raises(StoreError, match="unknown message"):
+        store.commit_compaction(mine, [_leaf([foreign])], None)
+    assert store.get_message(mine, foreign) is None
+
+
+def test_large_content_round_trip_is_scoped(store: Store) -> None:
+    cid = store.open_conversation("s")
+    other = store.open_conversation("other")
+    msg = store.append_messages(cid, tool_turn())[1]
+    big = "line\n" * 50_000
+    record = store.put_large_content(cid, msg.id, big, 50_000)
+    assert record.id.startswith("lc_")
+    assert store.get_large_content(cid, record.id) == record
+    assert store.get_large_content(other, record.id) is None
+
+
+def test_list_and_delete_conversation(store: Store) -> None:
+    a = store.open_conversation("a")
+    b = store.open_conversation("b")
+    store.append_messages(a, history(2))
+    infos = {i.id: i for i in store.list_conversations()}
+    assert infos[a].message_count == 5 and infos[a].bytes > 0 and infos[b].message_count == 0
+    store.delete_conversation(a)
+    assert [i.id for i in store.list_conversations()] == [b]
+    assert store.search(b, "question").results == []
+    # The key can be used again, and starts from nothing.
+    again = store.open_conversation("a")
+    assert store.message_count(again) == 0
+    assert store.get_context(again) == []
+
+
+def test_stats_count_rows(store: Store) -> None:
+    cid = store.open_conversation("s")
+    store.append_messages(cid, history(1))
+    stats = store.stats()
+    assert stats["conversations"] == 1 and stats["messages"] == 3
+
+
+def test_data_survives_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    with SQLiteStore(path) as first:
+        cid = first.open_conversation("s")
+        first.append_messages(cid, history(2))
+    with SQLiteStore(path) as second:
+        assert second.open_conversation("s") == cid
+        assert second.append_messages(cid, history(2)) == []
+        assert second.search(cid, "answer").results
+        assert second.stats()["schema_version"] == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected_path"),
+    [
+        pytest.param(":memory:", ":memory:", id="memory"),
+        pytest.param("sqlite://", ":memory:", id="sqlite-memory-url"),
+        pytest.param("sqlite:///rel/a.db", "rel/a.db", id="sqlite-relative-url"),
+    ],
+)
+def test_open_store_understands_specs(
+    spec: str, expected_path: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = open_store(spec)
+    try:
+        assert isinstance(store, SQLiteStore) and store.path == expected_path
+        assert open_store(store) is store
+    finally:
+        store.close()
+
+
+def test_open_store_defaults_to_the_user_data_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CONTEXTENGINE_HOME", str(tmp_path / "home"))
+    assert default_store_path() == tmp_path / "home" / "archive.db"
+    with open_store() as store:  # type: ignore[attr-defined]
+        assert Path(store.path).exists()
+    monkeypatch.delenv("CONTEXTENGINE_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_store_path() == tmp_path / "xdg" / "contextengine" / "archive.db"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param("mysql://x/y", id="unknown-scheme"),
+        pytest.param("sqlite:/x.db", id="malformed-sqlite-url"),
+    ],
+)
+def test_open_store_refuses_unknown_specs(spec: str) -> None:
+    with pytest.raises(StoreError):
+        open_store(spec)
+
+
+def test_postgres_url_names_the_extra_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules makes the import fail as it does without the extra installed.
+    monkeypatch.setitem(sys.modules, "contextengine.store.postgres", None)
+    with pytest.raises(StoreError, match=r"contextengine\[postgres\]"):
+        open_store("postgresql://nobody@127.0.0.1:1/none")
