@@ -15,7 +15,7 @@ from contextengine.events import CompactionEvent, Event, HostEvent
 from contextengine.host import ContextHost
 from contextengine.overflow import is_context_overflow_error, send_with_overflow_retry
 from contextengine.testing.recording_engine import RecordingEngine
-from contextengine.tokens import estimate_tokens_rough
+from contextengine.tokens import count_message_tokens
 
 Message = dict[str, Any]
 
@@ -355,7 +355,7 @@ def test_an_old_signature_engine_receives_only_current_tokens() -> None:
     result = host.compress_now(history, focus_topic="the database")
     assert len(result) == 3
     ((count, tokens),) = engine.received
-    assert count == len(history) and tokens == estimate_tokens_rough(history)
+    assert count == len(history) and tokens == count_message_tokens(history)
     host.end_turn(result, USAGE, turn_id=3, interrupted=False)
     assert engine.received[-1][0] == "turn"
     assert compactions(events)[0].phase == "manual"
@@ -594,4 +594,4 @@ def test_per_request_work_is_proportional_to_new_messages(monkeypatch: pytest.Mo
     ]
     host.prepare_request(history)
     assert len(estimated) == 2 and sanitized == [2]
-    assert host.status()["rough_tokens"] == estimate_tokens_rough(history)
+    assert host.status()["rough_tokens"] == count_message_tokens(history)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -100,6 +101,17 @@ def test_open_store_selects_postgres_by_url(pg_url: str, schema: str) -> None:
 def test_schema_name_is_validated(pg_url: str, name: str) -> None:
     with pytest.raises(StoreError, match="invalid schema name"):
         PostgresStore(pg_url, schema=name)
+
+
+def test_password_never_shows_in_repr_or_errors(pg_url: str, schema: str) -> None:
+    parts = urlsplit(pg_url)  # trust auth ignores the password; the store must still hide it
+    netloc = f"{parts.username or 'postgres'}:s3cret-pw@{parts.hostname}:{parts.port or 5432}"
+    with_password = urlunsplit(parts._replace(netloc=netloc))
+    with PostgresStore(with_password, schema=schema) as store:
+        assert "s3cret-pw" not in repr(store)
+        with pytest.raises(StoreError) as failure:
+            store.search("no-such-conversation", "x")
+        assert "s3cret-pw" not in str(failure.value)
 
 
 def test_unreachable_server_is_a_store_error() -> None:

@@ -17,6 +17,7 @@ the assistant message, so a round trip gives them back unchanged.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,10 @@ __all__ = ["from_anthropic", "to_anthropic"]
 
 Message = dict[str, Any]
 Block = dict[str, Any]
+
+# Tool arguments that are not a JSON object cannot be a tool_use ``input``;
+# they travel as {"_raw": text} and come back as that text.
+_RAW_ARGUMENTS = "_raw"
 
 
 def _blocks(content: Any) -> list[Block]:
@@ -91,6 +96,17 @@ def from_anthropic(messages: Sequence[Message], system: Any = None) -> list[Mess
     return converted
 
 
+def _arguments_text(arguments: Any) -> str:
+    """The OpenAI ``arguments`` string of a tool_use ``input`` (see :data:`_RAW_ARGUMENTS`)."""
+    if (
+        isinstance(arguments, dict)
+        and len(arguments) == 1
+        and isinstance(arguments.get(_RAW_ARGUMENTS), str)
+    ):
+        return str(arguments[_RAW_ARGUMENTS])
+    return json.dumps(arguments)
+
+
 def _assistant_from_anthropic(message: Message) -> Message:
     parts: list[Block] = []
     calls: list[Block] = []
@@ -107,16 +123,17 @@ def _assistant_from_anthropic(message: Message) -> Message:
                     "type": "function",
                     "function": {
                         "name": block.get("name", ""),
-                        "arguments": json.dumps(block.get("input", {})),
+                        "arguments": _arguments_text(block.get("input", {})),
                     },
                 }
             )
         elif kind in ("thinking", "redacted_thinking"):
-            thinking.append(block)
+            # Copies, so that editing the result never changes the caller's blocks.
+            thinking.append(copy.deepcopy(block))
         elif kind == "image":
             parts.append(_image_part(block))
         else:
-            parts.append(block)
+            parts.append(copy.deepcopy(block))
     result: Message = {"role": "assistant", "content": _parts_to_content(parts)}
     if calls:
         result["tool_calls"] = calls
@@ -150,7 +167,7 @@ def _user_from_anthropic(message: Message) -> list[Message]:
         elif kind == "image":
             parts.append(_image_part(block))
         else:
-            parts.append(block)
+            parts.append(copy.deepcopy(block))
     content = _parts_to_content(parts)
     if content is not None:
         results.append({"role": "user", "content": content})
@@ -185,7 +202,15 @@ def _content_blocks(content: Any) -> list[Block]:
         elif part.get("type") == "image_url":
             blocks.append(_image_block(part))
         else:
-            blocks.append(part)
+            blocks.append(copy.deepcopy(part))
+    return blocks
+
+
+def _tool_result_content(content: Any) -> str | list[Block]:
+    """Text alone stays a string; images (which a tool_result may hold) keep the block list."""
+    blocks = _content_blocks(content)
+    if all(block.get("type") == "text" for block in blocks):
+        return "\n".join(str(block.get("text", "")) for block in blocks)
     return blocks
 
 
@@ -195,9 +220,9 @@ def _tool_use(call: Block) -> Block:
     try:
         arguments = json.loads(raw)
     except (TypeError, ValueError):
-        arguments = {"_raw": raw}
+        arguments = {_RAW_ARGUMENTS: raw}
     if not isinstance(arguments, dict):
-        arguments = {"_raw": raw}
+        arguments = {_RAW_ARGUMENTS: raw}
     return {
         "type": "tool_use",
         "id": call.get("id", ""),
@@ -233,7 +258,7 @@ def to_anthropic(messages: Sequence[Message]) -> tuple[str | None, list[Message]
             if text:
                 system_texts.append(text)
         elif role == "assistant":
-            blocks = list(message.get("thinking_blocks") or [])
+            blocks = copy.deepcopy(list(message.get("thinking_blocks") or []))
             blocks += _content_blocks(message.get("content"))
             blocks += [_tool_use(call) for call in message.get("tool_calls") or []]
             add("assistant", blocks)
@@ -241,9 +266,7 @@ def to_anthropic(messages: Sequence[Message]) -> tuple[str | None, list[Message]
             result: Block = {
                 "type": "tool_result",
                 "tool_use_id": message.get("tool_call_id", ""),
-                "content": "\n".join(
-                    b.get("text", "") for b in _content_blocks(message.get("content"))
-                ),
+                "content": _tool_result_content(message.get("content")),
             }
             if message.get("is_error"):
                 result["is_error"] = True

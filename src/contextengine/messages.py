@@ -155,6 +155,9 @@ def _validate_one(message: Any, index: int) -> None:
 def _validate_tool_calls(tool_calls: Any, fail: Any) -> None:
     if not isinstance(tool_calls, list):
         raise fail(f"tool_calls must be a list, got {type(tool_calls).__name__}")
+    if not tool_calls:
+        # OpenAI answers 400 "empty array" for ``tool_calls: []``; omit the key instead.
+        raise fail("tool_calls is an empty list (omit the key when there are no calls)")
     for call_index, call in enumerate(tool_calls):
         where = f"tool_calls[{call_index}]"
         if not isinstance(call, dict):
@@ -220,7 +223,7 @@ def sanitize_tool_pairs(messages: Sequence[Message]) -> list[Message]:
             index += 1  # outside any group: an orphan
             continue
         if not is_tool_call_message(message):
-            result.append(message)
+            result.append(_without_empty_calls(message))
             index += 1
             continue
         end = index + 1
@@ -229,6 +232,22 @@ def sanitize_tool_pairs(messages: Sequence[Message]) -> list[Message]:
         result.extend(_pair_group(message, messages[index + 1 : end]))
         index = end
     return result
+
+
+def _without_empty_calls(message: Message) -> Message:
+    """Drop an empty ``tool_calls`` list, which providers reject, from an assistant message."""
+    if message.get("role") != "assistant" or message.get("tool_calls") != []:
+        return message
+    repaired = dict(message)
+    del repaired["tool_calls"]
+    _fill_placeholder(repaired)
+    return repaired
+
+
+def _fill_placeholder(assistant: Message) -> None:
+    content = assistant.get("content")
+    if content is None or content == "" or content == []:
+        assistant["content"] = PLACEHOLDER_FOR_REMOVED_CALLS
 
 
 def _pair_group(assistant: Message, results: Sequence[Message]) -> list[Message]:
@@ -253,9 +272,7 @@ def _pair_group(assistant: Message, results: Sequence[Message]) -> list[Message]
         repaired["tool_calls"] = kept_calls
     else:
         del repaired["tool_calls"]
-        content = repaired.get("content")
-        if content is None or content == "" or content == []:
-            repaired["content"] = PLACEHOLDER_FOR_REMOVED_CALLS
+        _fill_placeholder(repaired)
     return [repaired, *kept_results]
 
 
@@ -286,14 +303,30 @@ def safe_cut_points(messages: Sequence[Message]) -> list[int]:
     return [start for start, _ in tool_groups(messages)] + [len(messages)]
 
 
+def _glued_to_previous(messages: Sequence[Message], index: int) -> bool:
+    """True when ``messages[index]`` is a result inside a group, so no cut may fall before it.
+
+    Only a run of ``tool`` messages right after an assistant message with tool
+    calls is glued to it; an orphan run is a series of single-message spans,
+    exactly as :func:`tool_groups` draws them.
+    """
+    if not 0 < index < len(messages) or messages[index].get("role") != "tool":
+        return False
+    start = index
+    while start > 0 and messages[start - 1].get("role") == "tool":
+        start -= 1
+    return start > 0 and is_tool_call_message(messages[start - 1])
+
+
 def align_cut_backward(messages: Sequence[Message], index: int) -> int:
     """The largest safe cut point ``<= index`` (clamped to ``0..len``).
 
-    A cut is unsafe exactly when it would start the second part with a ``tool``
-    message, so this walks back over tool results to their assistant message.
+    A cut inside a group walks back over the results to their assistant message.
     """
     index = max(0, min(index, len(messages)))
-    while 0 < index < len(messages) and messages[index].get("role") == "tool":
+    if not _glued_to_previous(messages, index):
+        return index
+    while messages[index].get("role") == "tool":
         index -= 1
     return index
 
@@ -301,6 +334,8 @@ def align_cut_backward(messages: Sequence[Message], index: int) -> int:
 def align_cut_forward(messages: Sequence[Message], index: int) -> int:
     """The smallest safe cut point ``>= index`` (clamped to ``0..len``)."""
     index = max(0, min(index, len(messages)))
+    if not _glued_to_previous(messages, index):
+        return index
     while index < len(messages) and messages[index].get("role") == "tool":
         index += 1
     return index

@@ -96,7 +96,8 @@ _VALUE = rf"""
 
 # "key" alone is an ordinary word (and a JSON field); these prefixes make it a
 # secret, joined to it by nothing, ``_``, ``-``, ``.`` or URL-encoded ``%5F`` /
-# ``%2D``. Look-behinds must have a fixed width, hence three per prefix.
+# ``%2D``. Look-behinds must have a fixed width, hence one per prefix and
+# separator width.
 _KEY_PREFIXES = (
     "api",
     "access",
@@ -116,7 +117,13 @@ _KEY_PREFIXES = (
     "license",
 )
 _AFTER_KEY_PREFIX = "|".join(
-    f"(?<={prefix}key)|(?<={prefix}[_.-]key)|(?<={prefix}%(?:5f|2d)key)" for prefix in _KEY_PREFIXES
+    (
+        # One cheap test of the character before "key" picks the branch, so
+        # the common "key: value" fails after three checks, not forty-eight.
+        r"(?<=[_.-]key)(?:" + "|".join(f"(?<={p}.key)" for p in _KEY_PREFIXES) + ")",
+        r"(?<=%5fkey|%2dkey)(?:" + "|".join(f"(?<={p}...key)" for p in _KEY_PREFIXES) + ")",
+        r"(?<=[a-z]key)(?:" + "|".join(f"(?<={p}key)" for p in _KEY_PREFIXES) + ")",
+    )
 )
 
 # Each name pattern starts with the literal word a secret name ends in.
@@ -170,8 +177,10 @@ _RULES: tuple[_Rule, ...] = (
         block=True,
     ),
     # scheme://user:password@host. Only the password goes: the user and host
-    # say which system the agent talked to, which a summary should keep.
-    _rule(r"""://[^\s:/@?\#"'<>]{0,256}:(?P<secret>[^\s/@"'<>]{1,256})(?=@)"""),
+    # say which system the agent talked to, which a summary should keep. An
+    # unencoded "@" in the password ("root:p@ss@db") is common in pasted
+    # commands, so the password runs to the last "@" before the path.
+    _rule(r"""://[^\s:/@?\#"'<>]{0,256}:(?P<secret>[^\s/"'<>]{1,256})(?=@)"""),
     # name = value, before the token rules so "api_key=sk-..." keeps its name.
     *(_rule(name + _ASSIGN + _VALUE) for name in _NAME_PATTERNS),
     # Self-identifying tokens. The look-behind right after the literal keeps
@@ -265,11 +274,20 @@ def redact(text: str) -> str:
     return text
 
 
+# The text-bearing keys of a content part or thinking block: ``text`` parts,
+# Anthropic ``thinking`` blocks and the string ``content`` of a nested tool result.
+_PART_TEXT_KEYS = ("text", "thinking", "content")
+
+
 def _redact_parts(parts: list[Any]) -> list[Any]:
     out: list[Any] = []
     for part in parts:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            part = {**part, "text": redact(part["text"])}
+        if isinstance(part, dict):
+            changed = {
+                key: redact(part[key]) for key in _PART_TEXT_KEYS if isinstance(part.get(key), str)
+            }
+            if changed:
+                part = {**part, **changed}
         out.append(part)
     return out
 
@@ -289,8 +307,9 @@ def _redact_call(call: Any) -> Any:
 def redact_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return copies of OpenAI-format ``messages`` with secrets redacted.
 
-    Redacts string content, the ``text`` of content parts, tool-call and
-    legacy ``function_call`` arguments and ``reasoning_content``. Every message
+    Redacts string content, the text of content parts, tool-call and
+    legacy ``function_call`` arguments, ``reasoning_content`` and the text of
+    ``thinking_blocks``. Every message
     in the result is a new dict and the input, nested parts and tool calls
     included, is never mutated. Items that are not dicts pass through
     unchanged: validation is the job of
@@ -309,6 +328,9 @@ def redact_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             new["content"] = _redact_parts(content)
         if isinstance(new.get("reasoning_content"), str):
             new["reasoning_content"] = redact(new["reasoning_content"])
+        if isinstance(new.get("thinking_blocks"), list):
+            # The same reasoning as reasoning_content, kept for Anthropic round trips.
+            new["thinking_blocks"] = _redact_parts(new["thinking_blocks"])
         if isinstance(new.get("tool_calls"), list):
             new["tool_calls"] = [_redact_call(call) for call in new["tool_calls"]]
         if "function_call" in new:

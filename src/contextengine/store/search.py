@@ -35,12 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextengine.errors import StoreError
+# The `regex` module can time a match out; `re` cannot, and a model-written
+# pattern with catastrophic backtracking must not hang the agent.
+import regex as _regex
 
-try:  # the `regex` module (a tiktoken dependency) can time a match out; `re` cannot
-    import regex as _regex  # type: ignore[import-untyped]  # regex ships no type stubs
-except ImportError:  # pragma: no cover - tiktoken always brings it
-    _regex = None
+from contextengine.errors import StoreError
 
 __all__ = [
     "HIGHLIGHT_CLOSE",
@@ -253,28 +252,17 @@ def decode_cursor(cursor: str, conversation_id: str, mode: str, scope: str, quer
 # ------------------------------------------------------------------------------------ regex
 
 
-_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
-
 
 def compile_regex(pattern: str) -> Any:
     """Compile ``pattern``; :class:`StoreError` naming the problem when it is invalid.
 
-    With the ``regex`` module every match later runs under a timeout; with
-    plain ``re`` (no timeout available) nested unbounded quantifiers such as
-    ``(a+)+``, the classic catastrophic shape, are refused up front.
+    Every match later runs under a timeout (:func:`regex_find`).
     """
     if len(pattern) > 1_000:
         raise StoreError("regular expression too long (over 1000 characters)")
-    if _regex is not None:
-        try:
-            return _regex.compile(pattern, _regex.VERSION0)
-        except _regex.error as exc:
-            raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
-    if _NESTED_QUANTIFIER.search(pattern):  # pragma: no cover - only without `regex`
-        raise StoreError(f"regular expression {pattern!r} has nested quantifiers; simplify it")
-    try:  # pragma: no cover - only without `regex`
-        return re.compile(pattern)
-    except re.error as exc:  # pragma: no cover
+    try:
+        return _regex.compile(pattern, _regex.VERSION0)
+    except _regex.error as exc:
         raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
@@ -286,10 +274,7 @@ def regex_find(compiled: Any, text: str) -> tuple[int, int] | None:
     """
     text = text[:REGEX_ROW_CHARS]
     try:
-        if _regex is not None:
-            match = compiled.search(text, timeout=REGEX_ROW_TIMEOUT_S)
-        else:  # pragma: no cover - only without `regex`
-            match = compiled.search(text)
+        match = compiled.search(text, timeout=REGEX_ROW_TIMEOUT_S)
     except TimeoutError:
         return None
     if match is None:

@@ -41,6 +41,9 @@ def _words(column: str) -> str:
     return f"translate({column}, '{_PUNCTUATION}', '{_SPACES}')"
 
 
+_BODY = _words(f"left(body, {_TSV_CHARS})")
+
+
 POSTGRES: tuple[str, ...] = (
     "CREATE TEXT SEARCH DICTIONARY ce_english_stem (TEMPLATE = pg_catalog.snowball,"
     " LANGUAGE = english)",
@@ -70,7 +73,7 @@ POSTGRES: tuple[str, ...] = (
         body TEXT NOT NULL,
         ctx TEXT NOT NULL DEFAULT '',
         tsv TSVECTOR GENERATED ALWAYS AS (
-            setweight(to_tsvector('ce_english'::regconfig, {_words(f"left(body, {_TSV_CHARS})")}), 'A')
+            setweight(to_tsvector('ce_english'::regconfig, {_BODY}), 'A')
             || setweight(to_tsvector('ce_english'::regconfig, {_words("ctx")}), 'D')
         ) STORED,
         UNIQUE (conversation_id, seq),
@@ -97,7 +100,7 @@ POSTGRES: tuple[str, ...] = (
         created_at DOUBLE PRECISION NOT NULL,
         body TEXT NOT NULL,
         tsv TSVECTOR GENERATED ALWAYS AS
-            (setweight(to_tsvector('ce_english'::regconfig, {_words(f"left(body, {_TSV_CHARS})")}), 'A'))
+            (setweight(to_tsvector('ce_english'::regconfig, {_BODY}), 'A'))
             STORED
     )
     """,
