@@ -252,7 +252,6 @@ def decode_cursor(cursor: str, conversation_id: str, mode: str, scope: str, quer
 # ------------------------------------------------------------------------------------ regex
 
 
-
 def compile_regex(pattern: str) -> Any:
     """Compile ``pattern``; :class:`StoreError` naming the problem when it is invalid.
 
