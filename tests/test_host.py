@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-import contextengine.host as host_module
+import contextengine._host_core as host_module
 from contextengine.engine import ContextEngine
 from contextengine.events import CompactionEvent, Event, HostEvent
 from contextengine.host import ContextHost

@@ -21,8 +21,8 @@ import asyncio
 import inspect
 from typing import Any, TypeVar, cast
 
+from contextengine._host_core import HookCall, Message, Op, _HostCore
 from contextengine.engine import ContextEngine, call_with_supported_kwargs
-from contextengine.host import HookCall, Message, Op, _HostCore
 
 __all__ = ["AsyncContextHost"]
 
