@@ -162,7 +162,7 @@ def test_running_it_again_copies_nothing_then_only_what_is_new(
     assert target.get_messages(cid)[-1].message == {"role": "user", "content": "one more thing"}
 
 
-def test_a_session_key_taken_in_the_target_is_skipped_not_merged(
+def test_a_conversation_with_another_history_in_the_target_is_skipped_not_merged(
     tmp_path: Path, target: PostgresStore
 ) -> None:
     live = target.open_conversation("alpha")  # an agent started on PostgreSQL already

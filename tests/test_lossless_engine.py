@@ -290,8 +290,8 @@ def test_prefix_is_stable_between_compactions() -> None:
         else:
             compactions = eng.compression_count
             blocks = [m["content"] for m in view if is_reference_message(m)]
-            assert eng.last_compaction is not None
-            if old_block and all(r.kind == "leaf" for r in eng.last_compaction.written):
+            assert eng.last_compression is not None
+            if old_block and all(r.kind == "leaf" for r in eng.last_compression.written):
                 # Old summaries stay in place: the new block starts with the old one.
                 assert blocks[0].startswith(old_block.removesuffix(REFERENCE_CLOSE))
                 kept_in_place += 1
@@ -441,7 +441,7 @@ def test_longer_result_falls_back_to_truncation_strictly_smaller() -> None:
     assert records and all(r.fallback for r in records)
     assert all(r.content.startswith(FALLBACK_PREFIX.strip()) for r in records)
     assert eng.conversation_id is not None
-    written = eng.last_compaction.written if eng.last_compaction else []
+    written = eng.last_compression.written if eng.last_compression else []
     for record in written:
         if record.kind == "leaf":
             messages = [eng.store.get_message(eng.conversation_id, s) for s in record.source_ids]
@@ -452,7 +452,7 @@ def test_longer_result_falls_back_to_truncation_strictly_smaller() -> None:
         assert count_tokens(strip_covers(record.content)) < covered
     # Normal, then aggressive, then truncation, for every summary.
     assert summarizer.levels == ["normal", "aggressive"] * len(written)
-    assert eng.last_compaction is not None and eng.last_compaction.fallback_used
+    assert eng.last_compression is not None and eng.last_compression.fallback_used
     eng.close()
 
 
@@ -476,8 +476,8 @@ def test_transient_failure_gives_flagged_fallback_summaries() -> None:
     records = summaries_in_context(eng)
     assert records and all(r.fallback for r in records)
     # A summariser that is down is asked once per summary, not once per level.
-    assert eng.last_compaction is not None
-    assert summarizer.calls == len(eng.last_compaction.written)
+    assert eng.last_compression is not None
+    assert summarizer.calls == len(eng.last_compression.written)
     # Nothing is lost: the facts of the summarised turns are still searchable.
     result = json.loads(eng.handle_tool_call("lcm_grep", {"query": '"ZEBRA-0001"'}))
     top = json.loads(eng.handle_tool_call("lcm_expand", {"id": result["results"][0]["id"]}))
@@ -499,7 +499,7 @@ def test_auth_failure_persists_nothing() -> None:
     assert all(ref.kind == "message" for ref in refs_before)
     assert after == before
     assert eng.compression_count == 0
-    assert eng.last_compaction is not None and eng.last_compaction.aborted
+    assert eng.last_compression is not None and eng.last_compression.aborted
     eng.close()
 
 
@@ -548,9 +548,9 @@ def test_compaction_is_bounded(options: dict[str, Any], stopped: str, written: i
     )
     view = eng.compress(conversation(40), force=True)
     assert_valid(view)
-    assert eng.last_compaction is not None
-    assert eng.last_compaction.stopped == stopped
-    assert len(eng.last_compaction.written) == written
+    assert eng.last_compression is not None
+    assert eng.last_compression.stopped == stopped
+    assert len(eng.last_compression.written) == written
     eng.close()
 
 

@@ -295,13 +295,11 @@ class _HostCore:
     def _stats(self) -> dict[str, Any]:
         """Engine-reported details of its last compress call, when it offers them.
 
-        Read from ``engine.last_compression`` (an object or mapping, as the
-        compressor reports it) or ``engine.last_compaction_stats`` (a mapping):
-        ``summarizer_calls`` and ``fallback_used`` go into the event.
+        Read from ``engine.last_compression`` (an object or mapping; see
+        :attr:`ContextEngine.last_compression`): ``summarizer_calls`` and
+        ``fallback_used`` go into the event.
         """
         report = getattr(self.engine, "last_compression", None)
-        if report is None:
-            report = getattr(self.engine, "last_compaction_stats", None)
         if report is None:
             return {}
         if isinstance(report, Mapping):

@@ -84,6 +84,9 @@ class ContextEngine(ABC):
     #: Per-model threshold overrides: the longest key that is a substring of the
     #: model name wins. Never mutated in place; assign a new dict per instance.
     model_thresholds: dict[str, float] = {}  # noqa: RUF012 - read-only default, see above
+    #: Optional report of the last compress call, read by hosts for their events:
+    #: any object or mapping with ``summarizer_calls`` and ``fallback_used``.
+    last_compression: Any = None
     # The threshold_percent configured before any per-model override applied;
     # snapshotted on the first update_model so that switching back restores it.
     _configured_threshold_percent: float | None = None

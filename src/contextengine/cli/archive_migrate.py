@@ -68,6 +68,6 @@ def migrate(source_spec: str | None, target_spec: str, quiet: bool, as_json: boo
     )
     for key in report.skipped:
         click.echo(
-            f"skipped {key!r}: the target holds this session key under another conversation",
+            f"skipped {key!r}: the target holds another history under this session key",
             err=True,
         )

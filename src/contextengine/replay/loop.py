@@ -45,7 +45,6 @@ from contextengine.events import CompactionEvent, Event
 from contextengine.formats import Session
 from contextengine.host import ContextHost
 from contextengine.replay.cost import CostTotals, PrefixCache, Price, message_fingerprint
-from contextengine.summarizers import DeterministicSummarizer, Summarizer, SummaryRequest
 from contextengine.tokens import count_message_tokens, message_tokens
 
 __all__ = [
@@ -137,18 +136,6 @@ def trace_stats(trace: Trace, price: Price) -> dict[str, Any]:
 # ---------------------------------------------------------------- engines
 
 
-class _CountingSummarizer:
-    """Counts calls to the summariser, for engines whose events do not report them."""
-
-    def __init__(self, inner: Summarizer) -> None:
-        self.inner = inner
-        self.calls = 0
-
-    def summarize(self, request: SummaryRequest) -> str:
-        self.calls += 1
-        return self.inner.summarize(request)
-
-
 def parse_option(text: str) -> tuple[str, Any]:
     """``key=value`` with value read as JSON when it parses (numbers, booleans), else a string."""
     key, sep, raw = text.partition("=")
@@ -163,35 +150,27 @@ def parse_option(text: str) -> tuple[str, Any]:
 
 def build_engine(
     name: str, *, context_length: int, model: str, options: Mapping[str, Any] | None = None
-) -> tuple[ContextEngine, _CountingSummarizer | None]:
+) -> ContextEngine:
     """Load ``name`` strictly (a broken plugin must not be measured as the compressor).
 
-    Replays pass ``context_length`` and ``model``, an in-memory ``store`` (a
-    replay never writes into the user's archive) and a counting summariser,
-    each only when the engine accepts it and the caller did not set it.
+    Replays pass ``context_length`` and ``model``, and an in-memory ``store``
+    (a replay never writes into the user's archive), each only when the engine
+    accepts it and the caller did not set it.
     """
     from contextengine.registry import load_engine
 
     given = dict(options or {})
-    counter: _CountingSummarizer | None = None
     defaults: dict[str, Any] = {"context_length": context_length, "model": model}
     if "store" not in given:
         defaults["store"] = ":memory:"
-    if "summarizer" not in given:
-        counter = _CountingSummarizer(DeterministicSummarizer())
-        defaults["summarizer"] = counter
     while True:
         try:
-            engine = load_engine(name, strict=True, **{**defaults, **given})
+            return load_engine(name, strict=True, **{**defaults, **given})
         except EngineLoadError as exc:
             dropped = next((k for k in defaults if f"unknown option {k!r}" in exc.cause), None)
             if dropped is None:
                 raise
             del defaults[dropped]
-            if dropped == "summarizer":
-                counter = None
-            continue
-        return engine, counter
 
 
 # ---------------------------------------------------------------- the loop
@@ -247,7 +226,7 @@ class Replayer:
         self.model = model
         self.context_length = int(context_length)
         self.session_id = session_id
-        self.engine, self._counter = build_engine(
+        self.engine = build_engine(
             engine, context_length=self.context_length, model=model, options=options
         )
         self._events: list[CompactionEvent] = []
@@ -283,12 +262,10 @@ class Replayer:
             if callable(close):
                 close()
 
-    def _drain(self, calls_before: int) -> tuple[tuple[str, ...], int]:
+    def _drain(self) -> tuple[tuple[str, ...], int]:
         events, self._events = self._events, []
         phases = tuple(e.phase for e in events if not e.aborted)
-        reported = sum(e.summarizer_calls for e in events)
-        counted = (self._counter.calls - calls_before) if self._counter is not None else 0
-        return phases, max(reported, counted)
+        return phases, sum(e.summarizer_calls for e in events)
 
     def run(self, progress: Progress | None = None) -> Trace:
         """Feed every recorded message; returns the trace of requests sent."""
@@ -309,7 +286,6 @@ class Replayer:
                 if progress is not None:
                     progress(1)
                 continue
-            calls_before = self._counter.calls if self._counter is not None else 0
             started = time.process_time()
             if tools_pending:
                 history = host.after_tool_calls(history)
@@ -335,7 +311,7 @@ class Replayer:
             if not tools_pending:
                 host.end_turn(history, usage)
             cpu += time.process_time() - started
-            phases, calls = self._drain(calls_before)
+            phases, calls = self._drain()
             trace.requests.append(
                 RequestRecord(
                     index=index,

@@ -11,9 +11,9 @@ It is idempotent: every insert is ``ON CONFLICT DO NOTHING`` and only
 messages past the target's end are read again, so running it twice copies
 nothing new, and an interrupted run is finished by running it again. The
 active context is the source's (replaced when it differs). A conversation
-whose session key the target already holds under another id (an agent
-started writing there before the migration) is skipped and reported, never
-merged. Stop the agents writing to the source while migrating.
+the target already holds with another history (an agent started writing
+there under the same session key before the migration) is skipped and
+reported, never merged. Stop the agents writing to the source while migrating.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class MigrationReport:
     edges: int = 0
     context_items: int = 0
     large_contents: int = 0
-    #: Session keys the target holds under another conversation id: not copied.
+    #: Session keys the target holds with another history: not copied.
     skipped: list[str] = field(default_factory=list)
 
     @property
@@ -167,18 +167,37 @@ def _copy_conversation(
             "INSERT INTO conversations VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
             (conversation_id, session_key, created_at, updated_at),
         )
-        report.conversations += max(cur.rowcount, 0)
+        created = cur.rowcount > 0
+        report.conversations += int(created)
         row = conn.execute(
             "SELECT id FROM conversations WHERE session_key = %s", (session_key,)
         ).fetchone()
-        if row is None or row[0] != conversation_id:
+        target_keys = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT identity_key FROM messages WHERE conversation_id = %s ORDER BY seq",
+                (conversation_id,),
+            )
+        ]
+    if row is None or row[0] != conversation_id:
+        report.skipped.append(session_key)
+        return None
+    if target_keys:
+        # Continue only a copy of this very history: an agent may have written to the
+        # target under the same session key (ids derive from it), and merging two
+        # histories would interleave them.
+        source_keys = [
+            str(r[0])
+            for r in query(
+                "SELECT identity_key FROM messages WHERE conversation_id = ? AND seq < ?"
+                " ORDER BY seq",
+                (conversation_id, len(target_keys)),
+            )
+        ]
+        if source_keys != target_keys:
             report.skipped.append(session_key)
             return None
-        stored = conn.execute(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = %s",
-            (conversation_id,),
-        ).fetchone()
-    next_seq = int(stored[0]) if stored else 0
+    next_seq = len(target_keys)
     previous = ""
     if next_seq > 0:
         last = query(

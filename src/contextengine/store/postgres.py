@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,6 +52,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from contextengine.errors import InvalidMessagesError, StoreError
 from contextengine.store import search as _search
+from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
     search_regex,
@@ -256,7 +256,7 @@ class PostgresStore:
             conn.execute(
                 "INSERT INTO conversations VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (session_key) DO NOTHING",
-                ("conv_" + secrets.token_hex(8), session_key, now, now),
+                (conversation_id_for(session_key), session_key, now, now),
             )
             row = conn.execute(
                 "SELECT id FROM conversations WHERE session_key = %s", (session_key,)
@@ -585,7 +585,7 @@ class PostgresStore:
                 except (ValueError, IndexError):
                     raise StoreError("a source placeholder names no earlier new summary") from None
                 self._check_refs(conn, conversation_id, source_kind, sources)
-                summary_id = "sum_" + secrets.token_hex(8)
+                summary_id = summary_id_for(conversation_id, summary.kind, sources, summary.content)
                 content, escaped = _to_pg_text(summary.content)
                 conn.execute(
                     f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body) VALUES"
@@ -694,31 +694,40 @@ class PostgresStore:
     def put_large_content(
         self, conversation_id: str, message_id: str, content: str, token_count: int
     ) -> LargeContent:
-        """Store a tool result too large for the view; the engine calls it when swapping one out."""
-        record = LargeContent(
-            id="lc_" + secrets.token_hex(8),
-            conversation_id=conversation_id,
-            message_id=message_id,
-            content=content,
-            token_count=token_count,
-            created_at=self._clock(),
-        )
+        """Store a tool result too large for the view; the engine calls it when swapping one out.
+
+        One large content per message (its id derives from the message's):
+        storing it again returns the stored one.
+        """
+        content_id = large_content_id_for(conversation_id, message_id)
         text, escaped = _to_pg_text(content)
         with self._tx() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute(
-                "INSERT INTO large_contents VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                "INSERT INTO large_contents VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (id) DO NOTHING",
                 (
-                    record.id,
+                    content_id,
                     conversation_id,
                     message_id,
                     text,
                     escaped,
                     token_count,
-                    record.created_at,
+                    self._clock(),
                 ),
             )
-        return record
+        stored = self.get_large_content(conversation_id, content_id)
+        if stored is None:  # pragma: no cover - the row was just written in this conversation
+            raise StoreError(f"large content {content_id} vanished after it was written")
+        return stored
+
+    def large_content_for_message(
+        self, conversation_id: str, message_id: str
+    ) -> LargeContent | None:
+        """The large content stored for ``message_id``, if any (the engine's resume path)."""
+        return self.get_large_content(
+            conversation_id, large_content_id_for(conversation_id, message_id)
+        )
 
     def get_large_content(self, conversation_id: str, content_id: str) -> LargeContent | None:
         rows = self._read(

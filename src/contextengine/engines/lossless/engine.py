@@ -131,7 +131,7 @@ class LosslessEngine(ContextEngine):
         self.compaction_deadline_s = compaction_deadline_s
         self.max_passes = max_passes
         #: What the last compaction did (summaries written, fallback, why it stopped).
-        self.last_compaction: CompactionOutcome | None = None
+        self.last_compression: CompactionOutcome | None = None
         self._reset_conversation_state()
         self.update_model(model, context_length)
 
@@ -504,7 +504,7 @@ class LosslessEngine(ContextEngine):
         and for a manual compress. Stores ``messages`` first; never mutates
         them. Each summary is committed atomically; a summariser auth failure
         stops the compaction with that step unwritten (see
-        :attr:`last_compaction`). The view is within the threshold unless the
+        :attr:`last_compression`). The view is within the threshold unless the
         fresh tail alone exceeds it.
         """
         self._ingest(messages)
@@ -531,7 +531,7 @@ class LosslessEngine(ContextEngine):
                 settings=settings,
             )
             self._items = outcome.items
-            self.last_compaction = outcome
+            self.last_compression = outcome
             if outcome.written:
                 self.compression_count += 1
                 self.last_prompt_tokens = -1
