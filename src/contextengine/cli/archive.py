@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from contextengine.cli.archive_migrate import migrate
 from contextengine.store import Store, default_store_path, open_store
 from contextengine.store.retention import parse_duration, parse_size, plan_prune
 
@@ -235,3 +236,7 @@ def vacuum(ctx: click.Context) -> None:
         store.vacuum()
         after = store.stats()
     click.echo(f"vacuumed; file is {after.get('file_bytes', '?')} bytes")
+
+
+# `migrate` opens two stores of its own rather than the group's one.
+archive.add_command(migrate)
