@@ -411,3 +411,46 @@ def test_lossless_engine_finds_what_left_the_view_in_postgres(pg_url: str, schem
         assert "orchard-003" in json.dumps(opened)
     finally:
         engine.close()
+
+
+def test_two_engines_on_one_conversation_compact_one_at_a_time(pg_url: str, schema: str) -> None:
+    """Two workers serving one conversation never summarise the same messages twice."""
+    import threading
+
+    from contextengine.engines.lossless import LosslessEngine
+
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You keep an orchard."}]
+    for i in range(40):
+        history += [
+            {"role": "user", "content": f"where is crate orchard-{i:03d}?"},
+            {"role": "assistant", "content": f"Crate orchard-{i:03d} is in bin {i * 7}."},
+        ]
+    url = f"{pg_url}?schema={schema}"
+    engines = [LosslessEngine(context_length=3_000, store=url) for _ in range(2)]
+    try:
+        for engine in engines:
+            engine.on_session_start("shared-orchard")
+            engine.select_context(history, conversation_messages=history)
+        start = threading.Barrier(2)
+
+        def compact(engine: LosslessEngine) -> None:
+            start.wait()
+            engine.compress(history)
+
+        workers = [threading.Thread(target=compact, args=(e,)) for e in engines]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+        leaf_sources = sql_rows(
+            url.split("?")[0],
+            schema,
+            "SELECT e.source_id FROM summary_sources e JOIN summaries s ON s.id = e.summary_id"
+            " WHERE s.kind = 'leaf'",
+        )
+        sources = [row[0] for row in leaf_sources]
+        assert sources, "the conversation was compacted"
+        assert len(sources) == len(set(sources)), "a message was summarised twice"
+    finally:
+        for engine in engines:
+            engine.close()

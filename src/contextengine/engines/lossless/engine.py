@@ -28,6 +28,7 @@ How a host drives it (see :class:`~contextengine.ContextEngine` for the order):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -207,13 +208,18 @@ class LosslessEngine(ContextEngine):
         if first and first[0].role == "system":
             self._system = first[0].message
             self._stored_system = True
+        self._load_context()
+        return conversation_id
+
+    def _load_context(self) -> None:
+        """Mirror the stored active context in memory."""
+        assert self._conversation_id is not None
         items: list[ContextItem] = []
-        for ref in self._store.get_context(conversation_id):
+        for ref in self._store.get_context(self._conversation_id):
             item = self._load_item(ref)
             if item is not None:
                 items.append(item)
         self._items = items
-        return conversation_id
 
     def _ensure_conversation(self) -> str:
         if self._conversation_id is None:
@@ -522,14 +528,22 @@ class LosslessEngine(ContextEngine):
         )
         assert self._conversation_id is not None or not self._items
         if self._conversation_id is not None:
-            outcome = run_compaction(
-                store=self._store,
-                conversation_id=self._conversation_id,
-                items=self._items,
-                split_of=self._split,
-                summarizer=self._summarizer,
-                settings=settings,
-            )
+            # A store shared by several workers (PostgresStore) serialises
+            # compactions per conversation; the one that waited re-reads the
+            # context, which the other may have just rewritten.
+            lock = getattr(self._store, "compaction_lock", None)
+            guard = lock(self._conversation_id) if callable(lock) else contextlib.nullcontext()
+            with guard:
+                if callable(lock):
+                    self._load_context()
+                outcome = run_compaction(
+                    store=self._store,
+                    conversation_id=self._conversation_id,
+                    items=self._items,
+                    split_of=self._split,
+                    summarizer=self._summarizer,
+                    settings=settings,
+                )
             self._items = outcome.items
             self.last_compression = outcome
             if outcome.written:
