@@ -37,12 +37,17 @@ DOCS = HERE.parent / "docs" / "benchmarks.md"
 BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
     ("tokens", "Token counting", {}, {}),
     ("compressor", "Compressor: compaction quality and speed", {}, {}),
-    ("store", "Archive store (SQLite)", {"sizes": [10_000, 100_000]}, {"sizes": [10_000]}),
+    (
+        "store",
+        "Archive store (SQLite)",
+        {"sizes": [10_000, 100_000, 1_000_000]},
+        {"sizes": [10_000]},
+    ),
     (
         "store_postgres",
         "Archive store: SQLite against PostgreSQL",
-        {"sizes": [10_000, 100_000]},
-        {},
+        {"sizes": [100_000, 1_000_000]},
+        {"sizes": [10_000]},
     ),
     ("host", "Host overhead per request", {}, {}),
     ("recall_locomo", "lcm_grep retrieval on LoCoMo", {}, {}),
