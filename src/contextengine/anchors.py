@@ -39,6 +39,7 @@ __all__ = [
     "anchors_from_tool_call",
     "extract_anchors",
     "find_anchors",
+    "parse_tool_arguments",
 ]
 
 #: The anchor kinds, in the order an anchor index lists them.
@@ -285,7 +286,8 @@ def anchor_set(text: str) -> set[str]:
     return {anchor.value for anchor in find_anchors(text)}
 
 
-def _parse_arguments(arguments: Any) -> Any:
+def parse_tool_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as JSON when they parse, else as given."""
     if isinstance(arguments, str):
         try:
             return json.loads(arguments)
@@ -301,7 +303,7 @@ def anchors_from_tool_call(name: str, arguments: Any) -> list[Anchor]:
     already parsed value. Called by the deterministic summariser for each
     tool call of the region; ``start`` is the order within the call.
     """
-    parsed = _parse_arguments(arguments)
+    parsed = parse_tool_arguments(arguments)
     found: list[Anchor] = []
     lowered = name.lower()
     shell_like = any(word in lowered for word in _SHELL_TOOL_WORDS)

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from contextengine.anchors import ANCHOR_KINDS, find_anchors
+from contextengine.anchors import ANCHOR_KINDS, find_anchors, parse_tool_arguments
 from contextengine.anchors import anchors_from_tool_call as _tool_call_anchors
 from contextengine.openai_summarizer import OpenAICompatibleSummarizer, summarizer_from_env
 from contextengine.summary_prompt import bound_text, content_text
@@ -221,18 +221,9 @@ def _size(chars: int) -> str:
     return f"{chars / 1_000_000:.1f}M chars"
 
 
-def _parse_arguments(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
-
-
 def _key_args(arguments: Any) -> str:
     """``key='value', ...`` for the arguments a reader needs to recognise a call."""
-    parsed = _parse_arguments(arguments)
+    parsed = parse_tool_arguments(arguments)
     if isinstance(parsed, dict):
         keys = [k for k in _KEY_ARGS if k in parsed]
         keys += [k for k in parsed if k not in keys]
