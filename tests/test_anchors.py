@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from contextengine.anchors import anchor_set, anchors_from_tool_call, extract_anchors, find_anchors
+from contextengine.anchors import (
+    anchor_cache_clear,
+    anchor_cache_info,
+    anchor_set,
+    anchors_from_tool_call,
+    extract_anchors,
+    find_anchors,
+    message_anchors,
+)
 
 
 @pytest.mark.parametrize(
@@ -125,3 +133,44 @@ def test_work_is_linear_in_the_text() -> None:
     large = "".join(unit.format(i=i) for i in range(1_000))
     assert len(find_anchors(large)) == 10 * len(find_anchors(small)) - 9 * 2
     assert find_anchors("a" * 200_000 + " failed") != []
+
+
+def test_message_anchors_are_cached_by_text() -> None:
+    anchor_cache_clear()
+    message = {"role": "tool", "tool_call_id": "c1", "content": "see src/cached/only_once.py"}
+    first = message_anchors(message)
+    again = message_anchors({**message})  # a copy: same text, no new scan
+    assert first == again
+    assert [a.value for a in first] == ["src/cached/only_once.py"]
+    assert (anchor_cache_info().scans, anchor_cache_info().hits) == (1, 1)
+
+
+def test_message_anchors_include_shell_commands() -> None:
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "pytest -q tests/x.py"}'},
+            }
+        ],
+    }
+    kinds = {(a.kind, a.value) for a in message_anchors(message)}
+    assert ("commands", "pytest -q tests/x.py") in kinds
+    assert ("files", "tests/x.py") in kinds
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("DB_PASSWORD=Abc_1234567", id="assignment"),
+        pytest.param("Authorization: Bearer 0123456789abcdef0123", id="bearer"),
+        pytest.param('{"api_key": "deadbeef12345678"}', id="json-key"),
+    ],
+)
+def test_message_anchors_never_hold_secrets(text: str) -> None:
+    values = [a.value for a in message_anchors({"role": "user", "content": f"x {text} y"})]
+    secret = text.rsplit(" ", 1)[-1].split("=")[-1].strip('"}')
+    assert not any(secret in value for value in values)

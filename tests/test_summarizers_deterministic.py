@@ -182,3 +182,35 @@ def test_same_input_gives_the_same_output() -> None:
 
 def test_empty_region_gives_a_short_note() -> None:
     assert _summarize([]) == "No earlier content."
+
+
+def test_request_anchors_join_the_index_under_their_kind() -> None:
+    request = SummaryRequest(
+        messages=_session(),
+        anchors=(
+            "files:src/pkg/deep_module.py",
+            "errors:KeyError: 'order_7781'",
+            "ids:9fceb02d0ae598e95dc970b74767f19372d61af8",
+            "no-kind-prefix-value_1234",
+        ),
+    )
+    summary = DeterministicSummarizer().summarize(request)
+    index = summary.split("## Anchors", 1)[1]
+    files = index.split("### files", 1)[1].split("###", 1)[0]
+    ids = index.split("### ids", 1)[1].split("###", 1)[0]
+    assert "- src/pkg/deep_module.py" in files
+    assert "- 9fceb02d0ae598e95dc970b74767f19372d61af8" in ids
+    assert "- no-kind-prefix-value_1234" in ids
+    assert "- KeyError: 'order_7781'" in index.split("### errors", 1)[1]
+
+
+def test_request_anchors_rank_below_the_sent_region_and_respect_the_budget() -> None:
+    extra = tuple(f"files:src/generated/module_{i}.py" for i in range(500))
+    budget = 300
+    summary = DeterministicSummarizer().summarize(
+        SummaryRequest(messages=_session(), anchors=extra, token_budget=budget)
+    )
+    assert count_tokens(summary) <= budget
+    assert "tests/test_api.py" in summary  # from the sent messages: kept first
+    kept = [i for i in range(500) if f"src/generated/module_{i}.py\n" in summary + "\n"]
+    assert kept and kept == list(range(len(kept)))  # the engine's order decides who stays

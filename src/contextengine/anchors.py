@@ -22,23 +22,38 @@ errno names, HTTP statuses, exit codes, and whole error lines, bounded),
 
 Extraction is linear in the text: each pattern runs once, and a span claimed by
 an earlier kind (a URL) is not matched again by a later one (a path inside it).
+
+:func:`message_anchors` gives the anchors of one message, found in its redacted
+text, from a bounded LRU cache keyed by the message's text: an engine warms it
+as messages arrive (once per turn, for the new messages only), so that a
+compaction collects the anchors of a whole region without scanning it again.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from contextengine.messages import message_text
+from contextengine.redact import redact
 
 __all__ = [
     "ANCHOR_KINDS",
     "MAX_LINE_ANCHOR_CHARS",
     "Anchor",
+    "AnchorCacheInfo",
+    "anchor_cache_clear",
+    "anchor_cache_info",
     "anchor_set",
     "anchors_from_tool_call",
     "extract_anchors",
     "find_anchors",
+    "message_anchors",
     "parse_tool_arguments",
 ]
 
@@ -326,3 +341,131 @@ def anchors_from_tool_call(name: str, arguments: Any) -> list[Anchor]:
             found.append(Anchor(anchor.kind, anchor.value, offset + anchor.start))
         offset += len(value) + 1
     return _dedupe(found)
+
+
+# ---------------------------------------------------------------- per-message cache
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorCacheInfo:
+    """Counters of the :func:`message_anchors` cache since the last :func:`anchor_cache_clear`.
+
+    ``scans`` is how many message texts were redacted and scanned with the
+    patterns: the real work. A lookup answered from the cache leaves it unchanged.
+    """
+
+    hits: int
+    scans: int
+    entries: int
+    chars: int
+
+
+class _AnchorCache:
+    """A thread-safe LRU map from message text to anchors, bounded by entries and characters."""
+
+    def __init__(self, max_entries: int, max_chars: int) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._data: OrderedDict[str, tuple[tuple[Anchor, ...], int]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.scans = 0
+
+    def get(self, key: str) -> tuple[Anchor, ...] | None:
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def put(self, key: str, value: tuple[Anchor, ...]) -> None:
+        weight = len(key) + sum(len(anchor.value) for anchor in value)
+        with self._lock:
+            self.scans += 1
+            if weight > self.max_chars // 4:
+                return  # one entry must not flush the cache
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._chars -= old[1]
+            self._data[key] = (value, weight)
+            self._chars += weight
+            while len(self._data) > self.max_entries or self._chars > self.max_chars:
+                _, (_, dropped) = self._data.popitem(last=False)
+                self._chars -= dropped
+
+    def info(self) -> AnchorCacheInfo:
+        with self._lock:
+            return AnchorCacheInfo(self.hits, self.scans, len(self._data), self._chars)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._chars = 0
+            self.hits = 0
+            self.scans = 0
+
+
+# Keys are mostly the message's own content string (message_text returns it
+# as is), so the cache rarely holds text the history does not hold already.
+_cache = _AnchorCache(max_entries=50_000, max_chars=64_000_000)
+
+
+def _scan_message(message: Mapping[str, Any], text: str) -> tuple[Anchor, ...]:
+    # Redact the whole text before looking for anchors: a secret is often only
+    # recognisable by what precedes it (``password=...``, ``Bearer ...``), so
+    # redacting each anchor alone would let such values through.
+    found = find_anchors(redact(text))
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        offset = len(text) + 1
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                arguments = redact(arguments)
+            name = str(function.get("name") or "")
+            for anchor in anchors_from_tool_call(name, arguments):
+                # The argument values are in the text already; only the
+                # command line of a shell call is new.
+                if anchor.kind == "commands":
+                    found.append(Anchor(anchor.kind, redact(anchor.value), offset))
+            offset += 1
+    return tuple(_dedupe(found))
+
+
+def message_anchors(message: dict[str, Any]) -> tuple[Anchor, ...]:
+    """The anchors of one message, found in its redacted text; cached.
+
+    The text is :func:`contextengine.messages.message_text` (content, text
+    parts and tool calls as ``name(arguments)``), redacted with
+    :func:`contextengine.redact.redact` before the patterns run, plus the
+    command of each shell-like tool call. ``start`` is the position in the
+    redacted text. Results are cached by the text (bounded LRU, thread-safe),
+    so a message is scanned once in its life however often it is asked for;
+    called by the compressor as messages arrive (``on_turn_complete``) and
+    when it compacts a region.
+    """
+    text = message_text(message)
+    if not text:
+        return ()
+    cached = _cache.get(text)
+    if cached is not None:
+        return cached
+    anchors = _scan_message(message, text)
+    _cache.put(text, anchors)
+    return anchors
+
+
+def anchor_cache_info() -> AnchorCacheInfo:
+    """Snapshot of the :func:`message_anchors` cache counters (see :class:`AnchorCacheInfo`)."""
+    return _cache.info()
+
+
+def anchor_cache_clear() -> None:
+    """Empty the :func:`message_anchors` cache and reset its counters."""
+    _cache.clear()

@@ -209,6 +209,7 @@ class OpenAICompatibleSummarizer:
             focus_topic=request.focus_topic,
             memory_context=request.memory_context,
             token_budget=request.token_budget,
+            anchors=request.anchors,
         )
         body: dict[str, Any] = {
             "model": self.model,

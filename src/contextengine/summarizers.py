@@ -78,6 +78,11 @@ class SummaryRequest:
     prompt: str = ""
     #: Free-form extras for custom summarisers (engine name, depth, ...).
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Exact identifiers found anywhere in the region, including the parts of it
+    #: not sent in full in ``messages``; already redacted. Each is ``"kind:value"``
+    #: with a kind of :data:`contextengine.anchors.ANCHOR_KINDS` (``"files:src/app.py"``),
+    #: most mentioned and most recent first. Empty when the engine did not collect them.
+    anchors: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -356,7 +361,9 @@ class DeterministicSummarizer:
     * an anchor index of exact identifiers, grouped by kind.
 
     Everything from ``request.previous_summary`` is merged in, older than the
-    region. When the result exceeds ``request.token_budget``, the lowest
+    region, and so are ``request.anchors`` (identifiers from parts of the region
+    that were not sent in full), ranked after those seen in ``messages``.
+    When the result exceeds ``request.token_budget``, the lowest
     priority lines go first: the oldest actions, then the least referenced
     and oldest anchors, then the oldest requests; the most recent request goes
     last. Lines mentioning a word of ``request.focus_topic`` outrank all
@@ -366,7 +373,7 @@ class DeterministicSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """Return the summary text for ``request``; never raises for content reasons."""
         previous = _parse_previous(request.previous_summary or "")
-        items = self._items(request.messages, previous)
+        items = self._items(request.messages, previous, request.anchors)
         focus = _focus_words(request.focus_topic)
         if focus:
             for item in items:
@@ -375,7 +382,9 @@ class DeterministicSummarizer:
         text = _fit(items, max(request.token_budget, 1))
         return text or "No earlier content."
 
-    def _items(self, messages: Sequence[Message], previous: _Parsed) -> list[_Item]:
+    def _items(
+        self, messages: Sequence[Message], previous: _Parsed, extra_anchors: Sequence[str] = ()
+    ) -> list[_Item]:
         items: list[_Item] = []
         requests: list[tuple[tuple[float, ...], str]] = []
         for index, text in enumerate(previous.requests):
@@ -400,7 +409,7 @@ class DeterministicSummarizer:
             shown = text if is_latest else bound_text(text, OLDER_REQUEST_CHARS)
             items.append(_Item("requests", shown, (float(is_latest), 0, 3, rank), order))
 
-        items.extend(_anchor_items(_region_anchors(messages), previous))
+        items.extend(_anchor_items(_region_anchors(messages), previous, extra_anchors))
         if previous.earlier:
             earlier = bound_text(previous.earlier, _EARLIER_SUMMARY_CHARS)
             items.append(_Item("earlier", earlier, (0, 0, 1.5), (0,)))
@@ -414,8 +423,23 @@ def _focus_words(topic: str | None) -> list[str]:
     return sorted({w for w in words if len(w) >= 3 and w not in _STOPWORDS})
 
 
-def _anchor_items(region: dict[str, tuple[str, int, int]], previous: _Parsed) -> list[_Item]:
-    """Anchor lines ranked by (mentions, recency); previous-only anchors rank as older."""
+def _split_anchor(text: str) -> tuple[str, str]:
+    """``(kind, value)`` of a ``"kind:value"`` request anchor (unknown kind: all value)."""
+    kind, sep, value = text.partition(":")
+    if sep and kind in ANCHOR_KINDS and value:
+        return kind, value
+    return "ids", text
+
+
+def _anchor_items(
+    region: dict[str, tuple[str, int, int]], previous: _Parsed, extra: Sequence[str] = ()
+) -> list[_Item]:
+    """Anchor lines ranked by (mentions, recency); previous-only anchors rank as older.
+
+    ``extra`` (``SummaryRequest.anchors``, best first) adds the anchors of the
+    parts of the region not sent: one mention each, more recent than the
+    previous summary's and older than those of the sent messages, in their order.
+    """
     merged: dict[str, tuple[str, int, float]] = {}
     total = sum(len(bucket) for bucket in previous.anchors.values())
     rank = 0
@@ -427,7 +451,12 @@ def _anchor_items(region: dict[str, tuple[str, int, int]], previous: _Parsed) ->
                 rank += 1
     for value, (kind, count, position) in region.items():
         old_kind, old_count, _ = merged.get(value, (kind, 0, 0.0))
-        merged[value] = (old_kind, old_count + count, float(total + 1 + position))
+        merged[value] = (old_kind, old_count + count, float(total + 2 + position))
+    unseen = [pair for pair in map(_split_anchor, extra) if pair[1] not in region]
+    for rank_in_extra, (kind, value) in enumerate(unseen):
+        old_kind, old_count, _ = merged.get(value, (kind, 0, 0.0))
+        recency = float(total) + 1.0 - rank_in_extra / (len(unseen) + 1)
+        merged[value] = (old_kind, old_count + 1, recency)
     items = []
     for value, (kind, count, recency) in merged.items():
         text = value if count <= 1 else f"{value} (×{count})"

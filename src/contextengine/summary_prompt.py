@@ -21,7 +21,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from contextengine.anchors import ANCHOR_KINDS
+
 __all__ = [
+    "PROMPT_ANCHORS_LIMIT",
     "SUMMARY_SECTIONS",
     "SUMMARY_SYSTEM_PROMPT",
     "bound_text",
@@ -55,6 +58,9 @@ _SECTION_HINTS = {
     "Relevant files": "paths that were read or changed, one per line",
     "Critical context": "exact identifiers, error messages, numbers and commands, copied verbatim",
 }
+
+#: At most this many identifiers are listed under "Identifiers to keep verbatim".
+PROMPT_ANCHORS_LIMIT = 200
 
 #: The system message an LLM summariser sends before the rendered prompt.
 SUMMARY_SYSTEM_PROMPT = (
@@ -148,6 +154,14 @@ def render_transcript(
     return "\n\n".join(blocks)
 
 
+def _anchor_value(anchor: str) -> str:
+    kind, sep, value = anchor.partition(":")
+    # Only the known kinds are prefixes; "https://..." keeps its scheme.
+    if sep and value and kind in ANCHOR_KINDS:
+        return value
+    return anchor
+
+
 def render_summary_prompt(
     *,
     messages: Sequence[Message],
@@ -155,11 +169,15 @@ def render_summary_prompt(
     focus_topic: str | None = None,
     memory_context: str = "",
     token_budget: int = 2_000,
+    anchors: Sequence[str] = (),
 ) -> str:
     """The user prompt an LLM summariser sends for one region.
 
     Called by engines when they build a ``SummaryRequest`` and by
     ``OpenAICompatibleSummarizer`` for requests that carry no prompt.
+    ``anchors`` (``SummaryRequest.anchors``: ``"kind:value"``, best first) are
+    listed, the first :data:`PROMPT_ANCHORS_LIMIT` of them, as identifiers to
+    keep verbatim: many come from parts of the region the transcript omits.
     """
     sections = "\n".join(f"## {name}\n({_SECTION_HINTS[name]})" for name in SUMMARY_SECTIONS)
     rules = [
@@ -187,6 +205,12 @@ def render_summary_prompt(
             "Memory context from a long-term memory store is included as background; use it "
             "only to interpret the transcript, do not copy it wholesale."
         )
+    listed = [_anchor_value(anchor) for anchor in anchors[:PROMPT_ANCHORS_LIMIT]]
+    if listed:
+        rules.append(
+            "The identifiers under 'Identifiers to keep verbatim' occur in the excerpt, some in "
+            "parts of it not shown; keep as many of them verbatim as the budget allows."
+        )
     parts = [
         "Summarise the conversation excerpt below for the agent that will continue this work "
         "after these messages are removed from its context. The summary is reference material "
@@ -198,6 +222,11 @@ def render_summary_prompt(
         parts.append(f"<previous-summary>\n{previous_summary.strip()}\n</previous-summary>")
     if memory_context.strip():
         parts.append(f"<memory-context>\n{memory_context.strip()}\n</memory-context>")
+    if listed:
+        parts.append(
+            "Identifiers to keep verbatim (most mentioned and most recent first):\n"
+            + "\n".join(f"- {value}" for value in listed)
+        )
     parts.append(f"<transcript>\n{render_transcript(messages)}\n</transcript>")
     parts.append("Write the summary now, starting with '## Goal'.")
     return "\n\n".join(parts)

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contextengine.anchors import message_anchors
 from contextengine.engine import ContextEngine, sanitize_memory_context
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
@@ -48,7 +49,7 @@ from contextengine.engines.compressor.boundaries import (
     select_regions,
 )
 from contextengine.engines.compressor.prune import prune_region
-from contextengine.engines.compressor.request import outbound_region
+from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import is_summary_message, place_summary
 from contextengine.errors import SummarizerAuthError
 from contextengine.messages import sanitize_tool_pairs, validate_messages
@@ -183,6 +184,9 @@ class ContextCompressor(ContextEngine):
         self._awaiting_verdict = False
         self._pending_rough: int | None = None
         self._rough_at_usage: int | None = None
+        # The history already seen by on_turn_complete: its length and last message.
+        self._seen_len = 0
+        self._seen_last: Message | None = None
         self.tail_token_budget = 0
         self.summary_token_budget = 0
         self.target_tokens = 0
@@ -312,6 +316,36 @@ class ContextCompressor(ContextEngine):
             return False
         regions = self._regions(messages, LazyTokens(messages, self._count))
         return bool(regions.middle())
+
+    # ------------------------------------------------------------------ observation
+
+    def on_turn_complete(
+        self, messages: list[Message], usage: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        """Observe a finished turn: find the anchors of the messages new since the last turn.
+
+        Called by the host once per turn with the whole history. Only the
+        messages appended since the previous call are scanned (recognised by
+        the length and the identity of the last message seen), so the cost is
+        per turn and proportional to what is new; a compaction then finds the
+        anchors of its region in the cache (:func:`contextengine.anchors.message_anchors`).
+        After the history was rewritten (a compaction) it is looked up whole
+        once: the messages kept are cached already and cost a lookup each.
+        """
+        seen = self._seen_len
+        if not (0 < seen <= len(messages) and messages[seen - 1] is self._seen_last):
+            seen = 0
+        for message in messages[seen:]:
+            if isinstance(message, dict):
+                message_anchors(message)
+        self._seen_len = len(messages)
+        self._seen_last = messages[-1] if messages else None
+
+    def on_session_reset(self) -> None:
+        """Forget the token state and the history seen by :meth:`on_turn_complete`."""
+        super().on_session_reset()
+        self._seen_len = 0
+        self._seen_last = None
 
     # ------------------------------------------------------------------ transforms
 
@@ -519,10 +553,12 @@ class ContextCompressor(ContextEngine):
         memory_context: str,
     ) -> SummaryRequest:
         sent = outbound_region(middle, budget_chars=self.summary_input_chars)
+        anchors = region_anchors(middle)
         memory = sanitize_memory_context(memory_context)
         previous = regions.previous_summary
         return SummaryRequest(
             messages=sent,
+            anchors=anchors,
             previous_summary=previous,
             focus_topic=focus_topic,
             memory_context=memory,
@@ -533,6 +569,7 @@ class ContextCompressor(ContextEngine):
                 focus_topic=focus_topic,
                 memory_context=memory,
                 token_budget=self.summary_token_budget,
+                anchors=anchors,
             ),
             metadata={"engine": self.name, "compression": self.compression_count + 1},
         )

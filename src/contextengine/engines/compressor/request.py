@@ -26,6 +26,13 @@ proportional to what is sent and never to the whole history:
 
 The engine calls :func:`outbound_region`; the result goes into
 ``SummaryRequest.messages`` and into the rendered prompt.
+
+Bounding loses the identifiers in the parts not sent (the middle of a long
+log, the older messages beyond the budget). :func:`region_anchors` recovers
+them without sending the text: it collects the anchors of every message of
+the region from the per-message cache of :func:`contextengine.anchors.message_anchors`
+(found in redacted text, scanned once per message in its life) into
+``SummaryRequest.anchors``.
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contextengine.anchors import message_anchors
 from contextengine.redact import redact
 from contextengine.summary_prompt import bound_text, content_text
 
 __all__ = [
     "ARGS_LIMIT_CHARS",
+    "MAX_REQUEST_ANCHORS",
     "OVERFLOW_FIRST_REQUESTS",
     "OVERFLOW_LAST_REQUESTS",
     "OVERFLOW_LIMIT_CHARS",
@@ -45,6 +54,7 @@ __all__ = [
     "TOOL_HEAD_CHARS",
     "TOOL_TAIL_CHARS",
     "outbound_region",
+    "region_anchors",
     "strip_thinking",
 ]
 
@@ -57,6 +67,9 @@ ARGS_LIMIT_CHARS = 1_000
 OVERFLOW_LIMIT_CHARS = 300
 OVERFLOW_FIRST_REQUESTS = 5
 OVERFLOW_LAST_REQUESTS = 25
+#: At most this many anchors go in ``SummaryRequest.anchors``: more than any
+#: summary budget can hold (10k tokens is about 1,000 anchor lines).
+MAX_REQUEST_ANCHORS = 1_500
 
 _THINKING_KEYS = ("reasoning_content", "reasoning", "thinking", "reasoning_details")
 _THINKING_PARTS = ("thinking", "redacted_thinking", "reasoning")
@@ -173,3 +186,23 @@ def outbound_region(region: list[Message], *, budget_chars: int) -> list[Message
     if cut:
         sent = _overflow(region[:cut]) + sent
     return sent
+
+
+def region_anchors(region: list[Message], *, limit: int = MAX_REQUEST_ANCHORS) -> tuple[str, ...]:
+    """The anchors of every message of ``region`` as ``"kind:value"``, best first.
+
+    Ranked by how many messages mention the anchor, then by how recently; at
+    most ``limit``. Values come from redacted text. Cached per message, so the
+    cost on a region whose messages arrived through ``on_turn_complete`` is
+    one lookup per message.
+    """
+    found: dict[str, tuple[str, int, int]] = {}
+    for position, msg in enumerate(region):
+        if not isinstance(msg, dict):
+            continue
+        for anchor in message_anchors(msg):
+            entry = found.get(anchor.value)
+            count = entry[1] if entry is not None else 0
+            found[anchor.value] = (anchor.kind, count + 1, position)
+    ranked = sorted(found.items(), key=lambda item: (item[1][1], item[1][2]), reverse=True)
+    return tuple(f"{kind}:{value}" for value, (kind, _, _) in ranked[:limit])
