@@ -8,7 +8,8 @@ since every timing in it is only meaningful on that machine.
 
 Run: ``PYTHONPATH=src python benchmarks/run_all.py [--quick] [--only NAME ...]``
 (``--quick`` passes ``quick=True`` to the benchmarks that accept it, for
-smaller sizes; ``--output -`` prints instead of writing the page).
+smaller sizes; ``--only`` refreshes those sections and keeps the rest of the
+page; ``--output -`` prints instead of writing the page).
 """
 
 from __future__ import annotations
@@ -118,6 +119,17 @@ def run_benchmark(
     return str(text).strip(), time.perf_counter() - started
 
 
+def _existing_sections(page: Path) -> dict[str, str]:
+    """The ``## title`` sections of an existing page, by title."""
+    if not page.exists():
+        return {}
+    found = {}
+    for chunk in page.read_text(encoding="utf-8").split("\n## ")[1:]:
+        title = chunk.split("\n", 1)[0].strip()
+        found[title] = "## " + chunk.rstrip() + "\n"
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes where supported")
@@ -126,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]
     failed = 0
+    # With --only, the other sections of the existing page are kept as they are.
+    kept = _existing_sections(Path(args.output)) if args.only and args.output != "-" else {}
     sections = []
-    for name, title, full, quick in chosen:
+    for name, title, full, quick in BENCHMARKS:
+        if (name, title, full, quick) not in chosen:
+            if title in kept:
+                sections.append(kept[title])
+            continue
         print(f"running {name}...", file=sys.stderr, flush=True)
         try:
             arguments = quick if args.quick else full
