@@ -20,6 +20,7 @@ from compressor_conversations import (
 from contextengine.engines.compressor import ContextCompressor
 from contextengine.engines.compressor.prune import (
     ARGS_MAX_CHARS,
+    DESCRIPTOR_PREFIX,
     PRUNE_MIN_CHARS,
     describe_tool_output,
     prune_region,
@@ -162,3 +163,31 @@ def test_pass_one_keeps_user_and_assistant_prose() -> None:
     assert [m.get("content") for m in out if m["role"] in ("user", "assistant")] == [
         m.get("content") for m in convo if m["role"] in ("user", "assistant")
     ]
+
+
+def test_descriptor_keeps_the_outputs_exact_identifiers() -> None:
+    output = "\n".join(
+        [f"collecting line {n}" for n in range(200)]
+        + ["src/billing/invoice.py:88: in total", "KeyError: 'order_7781'"]
+        + [f"teardown line {n}" for n in range(200)]
+    )
+    region = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "pytest -q"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": output},
+    ]
+    pruned = prune_region(region).messages[1]["content"]
+    assert pruned.startswith(DESCRIPTOR_PREFIX)
+    assert "src/billing/invoice.py" in pruned
+    assert "order_7781" in pruned
+    # A descriptor is never pruned again, however long its identifiers make it.
+    assert prune_region([region[0], {**region[1], "content": pruned}]).results_pruned == 0

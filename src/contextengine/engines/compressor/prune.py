@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from contextengine.anchors import Anchor, message_anchors
 
 __all__ = [
     "ARGS_MAX_CHARS",
@@ -47,6 +50,11 @@ PRUNE_MIN_CHARS = 200
 ARGS_MAX_CHARS = 500
 DESCRIPTOR_PREFIX = "[tool output pruned: "
 POINTER_PREFIX = "[same output as "
+_OWN_PREFIXES = (DESCRIPTOR_PREFIX, POINTER_PREFIX)
+#: Identifiers a descriptor keeps from its output, and of which kinds, in order.
+DESCRIPTOR_ANCHORS = 5
+DESCRIPTOR_ANCHOR_KINDS = ("errors", "files", "ids", "urls")
+DESCRIPTOR_ANCHOR_CHARS = 80
 
 # Argument names that identify what a call did, most telling first. When none
 # is present the first scalar arguments are shown instead.
@@ -135,11 +143,16 @@ def _exit_status(text: str) -> str | None:
     return None
 
 
-def describe_tool_output(name: str, arguments: Any, text: str) -> str:
+def describe_tool_output(
+    name: str, arguments: Any, text: str, anchors: Sequence[Anchor] = ()
+) -> str:
     """The one-line descriptor that replaces a pruned tool output.
 
-    Always shorter than :data:`PRUNE_MIN_CHARS`, so a descriptor is never
-    pruned again.
+    The call and size fit in :data:`PRUNE_MIN_CHARS`; up to
+    :data:`DESCRIPTOR_ANCHORS` of the output's exact identifiers (errors and
+    paths first) follow, because a pruned output's identifiers are what the
+    agent most often needs again. A descriptor is recognised by its prefix and
+    never pruned again.
     """
     lines = text.count("\n") + 1 if text else 0
     size = f"{len(text):,} chars, {lines:,} lines"
@@ -150,7 +163,22 @@ def describe_tool_output(name: str, arguments: Any, text: str) -> str:
     room = PRUNE_MIN_CHARS - len(DESCRIPTOR_PREFIX) - len(size) - 6
     if len(call) > room:
         call = call[: max(8, room - 2)] + "…)"
-    return f"{DESCRIPTOR_PREFIX}{call} → {size}]"
+    kept = _descriptor_anchors(anchors)
+    keys = f"; keys: {' | '.join(kept)}" if kept else ""
+    return f"{DESCRIPTOR_PREFIX}{call} → {size}{keys}]"
+
+
+def _descriptor_anchors(anchors: Sequence[Anchor]) -> list[str]:
+    rank = {kind: n for n, kind in enumerate(DESCRIPTOR_ANCHOR_KINDS)}
+    chosen = sorted((a for a in anchors if a.kind in rank), key=lambda a: (rank[a.kind], a.start))
+    values: list[str] = []
+    for anchor in chosen:
+        value = _one_line(anchor.value, DESCRIPTOR_ANCHOR_CHARS)
+        if value not in values:
+            values.append(value)
+        if len(values) == DESCRIPTOR_ANCHORS:
+            break
+    return values
 
 
 def _shrink_value(value: Any, limit: int) -> Any:
@@ -230,7 +258,7 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
                 result.changed.append(index)
         elif role == "tool":
             text = content_text(msg.get("content"))
-            if len(text) <= PRUNE_MIN_CHARS:
+            if len(text) <= PRUNE_MIN_CHARS or text.startswith(_OWN_PREFIXES):
                 continue
             call_id = str(msg.get("tool_call_id"))
             name, args = calls.get(call_id, (str(msg.get("name") or ""), None))
@@ -244,7 +272,7 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
                 result.duplicates += 1
             else:
                 first_seen[text] = (name, call_id)
-                replacement = describe_tool_output(name, args, text)
+                replacement = describe_tool_output(name, args, text, message_anchors(msg))
                 result.results_pruned += 1
             out[index] = {**msg, "content": replacement}
             result.changed.append(index)
