@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from contextengine.store import SQLiteStore
+from contextengine.store import SQLiteStore, Store
 
-__all__ = ["corpus", "run"]
+__all__ = ["corpus", "grep_latencies", "ingest", "messages", "run"]
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 _FALLBACK = [
@@ -59,7 +59,8 @@ def corpus(data: Path = DATA) -> list[tuple[str, str]]:
     return out or [("user", t) for t in _FALLBACK]
 
 
-def _messages(texts: list[tuple[str, str]], rng: random.Random) -> Iterator[dict[str, Any]]:
+def messages(texts: list[tuple[str, str]], rng: random.Random) -> Iterator[dict[str, Any]]:
+    """Endless synthetic messages: ``texts`` cycled at random, perturbed by words of the corpus."""
     vocabulary = [w for _, t in texts[:5000] for w in t.split()][:50_000]
     n = 0
     while True:
@@ -77,6 +78,52 @@ def _disk_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
+def ingest(
+    store: Store,
+    source: Iterator[dict[str, Any]],
+    conversations: list[str],
+    stored: int,
+    size: int,
+    per_conversation: int,
+) -> int:
+    """Grow ``store`` from ``stored`` to ``size`` messages; return how many were added.
+
+    Each new conversation (appended to ``conversations``) gets up to
+    ``per_conversation`` messages of ``source`` in one ``append_messages`` call.
+    """
+    added = 0
+    while stored + added < size:
+        batch = [next(source) for _ in range(min(per_conversation, size - stored - added))]
+        cid = store.open_conversation(f"bench-{len(conversations)}")
+        conversations.append(cid)
+        counts = [len(str(m["content"])) // 4 for m in batch]
+        store.append_messages(cid, batch, token_counts=counts, start_seq=0)
+        added += len(batch)
+    return added
+
+
+def grep_latencies(
+    store: Store,
+    conversations: list[str],
+    rng: random.Random,
+    per_conversation: int,
+    queries: int,
+) -> tuple[float, float]:
+    """p50 and p95 ms of ``queries`` greps, each 2-4 words of a random stored message."""
+    latencies = []
+    for _ in range(queries):
+        cid = rng.choice(conversations)
+        msg = store.get_messages(cid, rng.randrange(per_conversation), None)[:1]
+        words = [w for w in str(msg[0].message["content"]).split() if w.isalpha()]
+        k = min(len(words), rng.randint(2, 4))
+        query = " ".join(rng.sample(words, k)) if k else "flight"
+        t0 = time.perf_counter()
+        store.search(cid, query, limit=20)
+        latencies.append((time.perf_counter() - t0) * 1000)
+    latencies.sort()
+    return statistics.median(latencies), latencies[int(0.95 * (len(latencies) - 1))]
+
+
 def run(
     sizes: list[int],
     *,
@@ -88,7 +135,7 @@ def run(
     """Grow one archive to each size, measure at each step; return a markdown table."""
     rng = random.Random(seed)
     texts = corpus()
-    source = _messages(texts, rng)
+    source = messages(texts, rng)
     rows = [
         "| stored messages | ingest msg/s | lcm_grep p50 ms | lcm_grep p95 ms | bytes/message |",
         "|---:|---:|---:|---:|---:|",
@@ -100,29 +147,10 @@ def run(
             stored = 0
             for size in sorted(sizes):
                 started = time.perf_counter()
-                added = 0
-                while stored < size:
-                    batch = [next(source) for _ in range(min(per_conversation, size - stored))]
-                    cid = store.open_conversation(f"bench-{len(conversations)}")
-                    conversations.append(cid)
-                    counts = [len(str(m["content"])) // 4 for m in batch]
-                    store.append_messages(cid, batch, token_counts=counts, start_seq=0)
-                    stored += len(batch)
-                    added += len(batch)
+                added = ingest(store, source, conversations, stored, size, per_conversation)
+                stored += added
                 rate = added / (time.perf_counter() - started)
-                latencies = []
-                for _ in range(queries):
-                    cid = rng.choice(conversations)
-                    msg = store.get_messages(cid, rng.randrange(per_conversation), None)[:1]
-                    words = [w for w in str(msg[0].message["content"]).split() if w.isalpha()]
-                    k = min(len(words), rng.randint(2, 4))
-                    query = " ".join(rng.sample(words, k)) if k else "flight"
-                    t0 = time.perf_counter()
-                    store.search(cid, query, limit=20)
-                    latencies.append((time.perf_counter() - t0) * 1000)
-                latencies.sort()
-                p50 = statistics.median(latencies)
-                p95 = latencies[int(0.95 * (len(latencies) - 1))]
+                p50, p95 = grep_latencies(store, conversations, rng, per_conversation, queries)
                 store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # measure the file alone
                 per_msg = _disk_bytes(db_path) / stored
                 rows.append(

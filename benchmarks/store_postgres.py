@@ -26,7 +26,6 @@ import importlib.util
 import multiprocessing
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ def _store_bench() -> ModuleType:
 
 def _generator(seed: int) -> Iterator[dict[str, Any]]:
     bench = _store_bench()
-    messages: Iterator[dict[str, Any]] = bench._messages(bench.corpus(), random.Random(seed))
+    messages: Iterator[dict[str, Any]] = bench.messages(bench.corpus(), random.Random(seed))
     return messages
 
 
@@ -81,6 +80,7 @@ def _grow(
     store: Store, sizes: list[int], per_conversation: int, queries: int, seed: int
 ) -> dict[int, tuple[float, float, float]]:
     """Size -> (ingest msg/s of the step, grep p50 ms, grep p95 ms)."""
+    bench = _store_bench()
     rng = random.Random(seed)
     source = _generator(seed)
     conversations: list[str] = []
@@ -88,32 +88,11 @@ def _grow(
     out: dict[int, tuple[float, float, float]] = {}
     for size in sorted(sizes):
         started = time.perf_counter()
-        added = 0
-        while stored < size:
-            batch = [next(source) for _ in range(min(per_conversation, size - stored))]
-            cid = store.open_conversation(f"bench-{len(conversations)}")
-            conversations.append(cid)
-            counts = [len(str(m["content"])) // 4 for m in batch]
-            store.append_messages(cid, batch, token_counts=counts, start_seq=0)
-            stored += len(batch)
-            added += len(batch)
+        added = bench.ingest(store, source, conversations, stored, size, per_conversation)
+        stored += added
         rate = added / (time.perf_counter() - started)
-        latencies = []
-        for _ in range(queries):
-            cid = rng.choice(conversations)
-            msg = store.get_messages(cid, rng.randrange(per_conversation), None)[:1]
-            words = [w for w in str(msg[0].message["content"]).split() if w.isalpha()]
-            k = min(len(words), rng.randint(2, 4))
-            query = " ".join(rng.sample(words, k)) if k else "flight"
-            t0 = time.perf_counter()
-            store.search(cid, query, limit=20)
-            latencies.append((time.perf_counter() - t0) * 1000)
-        latencies.sort()
-        out[size] = (
-            rate,
-            statistics.median(latencies),
-            latencies[int(0.95 * (len(latencies) - 1))],
-        )
+        p50, p95 = bench.grep_latencies(store, conversations, rng, per_conversation, queries)
+        out[size] = (rate, p50, p95)
         print(f"  {type(store).__name__} {size:,}: {out[size]}", file=sys.stderr, flush=True)
     return out
 

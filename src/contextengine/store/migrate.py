@@ -157,9 +157,8 @@ def _copy_conversation(
     updated_at: float,
 ) -> int | None:
     """Copy one conversation; the number of rows written, or None when skipped."""
-    from contextengine.store.postgres import CONTEXT_CHARS
+    from contextengine.store._common import CONTEXT_CHARS, message_search_text
     from contextengine.store.postgres import _to_pg_text as to_pg_text
-    from contextengine.store.sqlite import message_search_text
 
     before = report.copied
     with target._tx() as conn:

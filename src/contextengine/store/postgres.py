@@ -31,7 +31,6 @@ never reaches query syntax), reranked like the SQLite store; regex mode uses
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -50,8 +49,10 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
         f" ({_exc})"
     ) from _exc
 
-from contextengine.errors import InvalidMessagesError, StoreError
+from contextengine.errors import StoreError
+from contextengine.store import _common
 from contextengine.store import search as _search
+from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
@@ -69,28 +70,18 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
-from contextengine.store.retention import plan_prune
-
-# The identity rule and token counting are the archive format itself: one code for every store.
-from contextengine.store.sqlite import (
-    _canonical_hash,
-    _default_token_count,
-    identity_key,
-    message_search_text,
-)
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore", "translate_regex"]
 
 #: Schema of the archive when neither the ``schema`` argument nor ``?schema=`` names one.
 DEFAULT_SCHEMA = "contextengine"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_MESSAGE_COLUMNS = "id, conversation_id, seq, role, json, token_count, identity_key, created_at"
 _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, nul_escaped, token_count, seq_start, seq_end,"
     " time_start, time_end, descendant_count, fallback, created_at"
 )
 #: Characters of the previous message indexed with each message (as the SQLite store does).
-CONTEXT_CHARS = 300
+CONTEXT_CHARS = _common.CONTEXT_CHARS
 
 
 def _parse_url(url: str) -> tuple[str, str | None]:
@@ -137,7 +128,7 @@ def _lock_key(kind: str, schema: str, conversation_id: str) -> str:
     return f"contextengine.{kind}:{schema}:{conversation_id}"
 
 
-class PostgresStore:
+class PostgresStore(_common.StoreBase):
     """The archive in a PostgreSQL schema; implements :class:`~contextengine.store.Store`.
 
     ``url`` is a libpq URL (``postgresql://user@host:5432/db``, optionally
@@ -148,6 +139,8 @@ class PostgresStore:
     regex search (``statement_timeout``). ``clock`` and ``token_counter`` as in
     :class:`~contextengine.store.SQLiteStore`.
     """
+
+    MARK = "%s"
 
     def __init__(
         self,
@@ -169,7 +162,7 @@ class PostgresStore:
             )
         self.url = _redact_url(conninfo)
         self._clock = clock
-        self._count = token_counter or _default_token_count
+        self._count = token_counter or _common.default_token_count
         self._regex_timeout_ms = int(regex_timeout_ms)
         self._pool = ConnectionPool(
             conninfo,
@@ -199,12 +192,6 @@ class PostgresStore:
         """Run by the pool on every new connection: the archive's schema first on the path."""
         conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
         conn.commit()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
@@ -279,18 +266,7 @@ class PostgresStore:
         Called by the engine on every turn; safe from many processes at once
         (see the module docstring). Identity rule: :mod:`contextengine.store.sqlite`.
         """
-        if token_counts is not None and len(token_counts) != len(messages):
-            raise StoreError("token_counts must have one entry per message")
-        encoded: list[str] = []
-        hashes: list[str] = []
-        for index, msg in enumerate(messages):
-            if not isinstance(msg, dict):
-                raise InvalidMessagesError("a message must be a JSON object", index=index)
-            try:
-                encoded.append(json.dumps(msg, ensure_ascii=False, separators=(",", ":")))
-            except (TypeError, ValueError) as exc:
-                raise InvalidMessagesError(f"not JSON-serialisable: {exc}", index=index) from None
-            hashes.append(_canonical_hash(msg))
+        encoded, hashes = _common.encode_batch(messages, token_counts)
         # Token counting can be slow (exact tokenizer): do it before taking the row lock.
         counts = [
             int(token_counts[i]) if token_counts is not None else int(self._count(m))
@@ -308,15 +284,7 @@ class PostgresStore:
             ).fetchone()
             count = int(last[0]) + 1 if last else 0
             previous = str(last[1]) if last else ""
-            start = (
-                start_seq
-                if start_seq is not None
-                else self._align(conn, conversation_id, count, hashes)
-            )
-            keys = [
-                identity_key(m, start + i, h)
-                for i, (m, h) in enumerate(zip(messages, hashes, strict=True))
-            ]
+            keys = self._identity_keys(conn, conversation_id, messages, hashes, count, start_seq)
             existing = {
                 r[0]
                 for r in conn.execute(
@@ -326,46 +294,15 @@ class PostgresStore:
                 )
             }
             now = self._clock()
-            new: list[StoredMessage] = []
+            new = _common.new_messages(
+                conversation_id, messages, keys, existing, count, now, counts.__getitem__
+            )
             rows: list[tuple[Any, ...]] = []
-            for i, msg in enumerate(messages):
-                key = keys[i]
-                if key in existing:
-                    continue
-                existing.add(key)
-                seq = count + len(new)
-                msg_id = (
-                    "msg_" + hashlib.sha256(f"{conversation_id}\0{key}".encode()).hexdigest()[:16]
-                )
-                role = str(msg.get("role", ""))
-                body = message_search_text(msg).replace("\x00", " ")
-                rows.append(
-                    (
-                        msg_id,
-                        conversation_id,
-                        seq,
-                        role,
-                        encoded[i],
-                        counts[i],
-                        key,
-                        now,
-                        body,
-                        previous[:CONTEXT_CHARS],
-                    )
-                )
+            for i, m in new:
+                body = message_search_text(m.message).replace("\x00", " ")
+                values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
+                rows.append((*values, m.identity_key, now, body, previous[:CONTEXT_CHARS]))
                 previous = body
-                new.append(
-                    StoredMessage(
-                        id=msg_id,
-                        conversation_id=conversation_id,
-                        seq=seq,
-                        role=role,
-                        message=msg,
-                        token_count=counts[i],
-                        identity_key=key,
-                        created_at=now,
-                    )
-                )
             if rows:
                 # One statement over arrays: far faster than executemany's row-by-row protocol.
                 conn.execute(
@@ -380,73 +317,7 @@ class PostgresStore:
                     "UPDATE conversations SET updated_at = %s WHERE id = %s",
                     (now, conversation_id),
                 )
-        return new
-
-    def _align(
-        self, conn: psycopg.Connection[Any], conversation_id: str, count: int, hashes: list[str]
-    ) -> int:
-        """Where a batch given without ``start_seq`` starts in the stored history (as SQLite)."""
-        if count == 0:
-            return 0
-        n = len(hashes)
-
-        def stored_hashes(lo: int, hi: int) -> list[str]:
-            rows = conn.execute(
-                "SELECT json FROM messages WHERE conversation_id = %s AND seq >= %s AND seq < %s"
-                " ORDER BY seq",
-                (conversation_id, lo, hi),
-            ).fetchall()
-            return [_canonical_hash(json.loads(r[0])) for r in rows]
-
-        head = stored_hashes(0, min(n, count))
-        if head == hashes[: len(head)]:
-            return 0
-        tail_start = max(1, count - n)
-        tail = stored_hashes(tail_start, count)
-        for start in range(tail_start, count):
-            overlap = tail[start - tail_start :]
-            if overlap == hashes[: len(overlap)]:
-                return start
-        return count
-
-    @staticmethod
-    def _message(row: Sequence[Any]) -> StoredMessage:
-        return StoredMessage(
-            id=row[0],
-            conversation_id=row[1],
-            seq=int(row[2]),
-            role=row[3],
-            message=json.loads(row[4]),
-            token_count=int(row[5]),
-            identity_key=row[6],
-            created_at=float(row[7]),
-        )
-
-    def message_count(self, conversation_id: str) -> int:
-        rows = self._read(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = %s",
-            (conversation_id,),
-        )
-        return int(rows[0][0])
-
-    def get_messages(
-        self, conversation_id: str, seq_start: int = 0, seq_end: int | None = None
-    ) -> list[StoredMessage]:
-        """Messages with ``seq_start <= seq < seq_end`` in order."""
-        end = seq_end if seq_end is not None else 2**62
-        rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s"
-            " AND seq >= %s AND seq < %s ORDER BY seq",
-            (conversation_id, seq_start, end),
-        )
-        return [self._message(r) for r in rows]
-
-    def get_message(self, conversation_id: str, message_id: str) -> StoredMessage | None:
-        rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = %s AND conversation_id = %s",
-            (message_id, conversation_id),
-        )
-        return self._message(rows[0]) if rows else None
+        return [m for _, m in new]
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -461,23 +332,9 @@ class PostgresStore:
             (ids,),
         ):
             sources[summary_id].append(source_id)
+        # Rows carry ``nul_escaped`` after ``content``; the record wants the decoded text.
         return [
-            SummaryRecord(
-                id=r[0],
-                conversation_id=r[1],
-                kind=r[2],
-                depth=int(r[3]),
-                content=_from_pg_text(r[4], r[5]),
-                token_count=int(r[6]),
-                seq_start=int(r[7]),
-                seq_end=int(r[8]),
-                time_start=float(r[9]),
-                time_end=float(r[10]),
-                descendant_count=int(r[11]),
-                fallback=bool(r[12]),
-                created_at=float(r[13]),
-                source_ids=tuple(sources[r[0]]),
-            )
+            _common.summary_record((*r[:4], _from_pg_text(r[4], r[5]), *r[6:]), sources[r[0]])
             for r in rows
         ]
 
@@ -488,22 +345,6 @@ class PostgresStore:
                 (summary_id, conversation_id),
             ).fetchall()
             return self._summaries(conn, rows)[0] if rows else None
-
-    def parent_summary(self, conversation_id: str, item_id: str) -> str | None:
-        """The id of the summary whose sources include ``item_id``, if any."""
-        rows = self._read(
-            "SELECT summary_id FROM summary_sources WHERE conversation_id = %s"
-            " AND source_id = %s LIMIT 1",
-            (conversation_id, item_id),
-        )
-        return str(rows[0][0]) if rows else None
-
-    def get_context(self, conversation_id: str) -> list[ContextRef]:
-        rows = self._read(
-            "SELECT kind, ref_id FROM context_items WHERE conversation_id = %s ORDER BY position",
-            (conversation_id,),
-        )
-        return [ContextRef(kind=r[0], id=r[1]) for r in rows]
 
     def _check_refs(
         self, conn: psycopg.Connection[Any], conversation_id: str, kind: str, ids: Sequence[str]
@@ -520,12 +361,9 @@ class PostgresStore:
                 (conversation_id, unique),
             )
         }
-        missing = sorted(set(unique) - found)
+        missing = set(unique) - found
         if missing:
-            raise StoreError(
-                f"unknown {kind} id(s) in conversation {conversation_id!r}: "
-                + ", ".join(missing[:5])
-            )
+            raise _common.unknown_refs(conversation_id, kind, missing)
 
     def _write_context(
         self, conn: psycopg.Connection[Any], conversation_id: str, items: Sequence[ContextRef]
@@ -572,18 +410,8 @@ class PostgresStore:
             self._require_conversation(conn, conversation_id)
             written: list[str] = []
             for summary in summaries:
-                if summary.kind not in ("leaf", "condensed"):
-                    raise StoreError(
-                        f"summary kind must be leaf or condensed, not {summary.kind!r}"
-                    )
-                source_kind = "message" if summary.kind == "leaf" else "summary"
-                try:
-                    sources = [
-                        written[int(s[4:])] if s.startswith("new:") else s
-                        for s in summary.source_ids
-                    ]
-                except (ValueError, IndexError):
-                    raise StoreError("a source placeholder names no earlier new summary") from None
+                source_kind = _common.source_kind(summary)
+                sources = _common.resolve_sources(summary, written)
                 self._check_refs(conn, conversation_id, source_kind, sources)
                 summary_id = summary_id_for(conversation_id, summary.kind, sources, summary.content)
                 content, escaped = _to_pg_text(summary.content)
@@ -619,34 +447,10 @@ class PostgresStore:
                         )
                 written.append(summary_id)
                 records.append(
-                    SummaryRecord(
-                        id=summary_id,
-                        conversation_id=conversation_id,
-                        kind=summary.kind,
-                        depth=summary.depth,
-                        content=summary.content,
-                        token_count=summary.token_count,
-                        seq_start=summary.seq_start,
-                        seq_end=summary.seq_end,
-                        time_start=summary.time_start,
-                        time_end=summary.time_end,
-                        descendant_count=summary.descendant_count,
-                        fallback=summary.fallback,
-                        created_at=now,
-                        source_ids=tuple(sources),
-                    )
+                    _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
                 )
             if new_context is not None:
-                resolved = []
-                for item in new_context:
-                    if item.id.startswith("new:"):
-                        try:
-                            item = ContextRef(kind="summary", id=written[int(item.id[4:])])
-                        except (ValueError, IndexError):
-                            raise StoreError(
-                                f"no new summary for placeholder {item.id!r}"
-                            ) from None
-                    resolved.append(item)
+                resolved = _common.resolve_context(new_context, written)
                 self._write_context(conn, conversation_id, resolved)
             conn.execute(
                 "UPDATE conversations SET updated_at = %s WHERE id = %s", (now, conversation_id)
@@ -716,18 +520,7 @@ class PostgresStore:
                     self._clock(),
                 ),
             )
-        stored = self.get_large_content(conversation_id, content_id)
-        if stored is None:  # pragma: no cover - the row was just written in this conversation
-            raise StoreError(f"large content {content_id} vanished after it was written")
-        return stored
-
-    def large_content_for_message(
-        self, conversation_id: str, message_id: str
-    ) -> LargeContent | None:
-        """The large content stored for ``message_id``, if any (the engine's resume path)."""
-        return self.get_large_content(
-            conversation_id, large_content_id_for(conversation_id, message_id)
-        )
+        return self._written_large_content(conversation_id, content_id)
 
     def get_large_content(self, conversation_id: str, content_id: str) -> LargeContent | None:
         rows = self._read(
@@ -738,14 +531,7 @@ class PostgresStore:
         if not rows:
             return None
         r = rows[0]
-        return LargeContent(
-            id=r[0],
-            conversation_id=r[1],
-            message_id=r[2],
-            content=_from_pg_text(r[3], r[4]),
-            token_count=int(r[5]),
-            created_at=float(r[6]),
-        )
+        return _common.large_content((*r[:3], _from_pg_text(r[3], r[4]), *r[5:]))
 
     # ------------------------------------------------------------------ search
 
@@ -765,14 +551,7 @@ class PostgresStore:
         :class:`StoreError` for an unknown conversation, a bad mode/scope/cursor,
         an invalid regex or a regex that runs past ``regex_timeout_ms``.
         """
-        if mode not in ("text", "regex"):
-            raise StoreError(f"mode must be 'text' or 'regex', not {mode!r}")
-        if scope not in ("messages", "summaries", "all"):
-            raise StoreError(f"scope must be 'messages', 'summaries' or 'all', not {scope!r}")
-        limit = max(1, min(int(limit), _search.MAX_LIMIT))
-        offset = 0
-        if cursor:
-            offset = _search.decode_cursor(cursor, conversation_id, mode, scope, query)
+        limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         with self._tx() as conn:
             self._require_conversation(conn, conversation_id)
             if mode == "regex":
@@ -780,11 +559,6 @@ class PostgresStore:
                     conn, conversation_id, query, scope, limit, offset, self._regex_timeout_ms
                 )
             else:
-                if offset > _search.MAX_OFFSET:
-                    raise StoreError(
-                        f"search results beyond {_search.MAX_OFFSET} are not served;"
-                        " refine the query"
-                    )
                 hits, more = search_text(conn, conversation_id, query, scope, limit, offset)
             hits = with_summary_ids(conn, conversation_id, hits)
         next_offset = offset + limit if mode == "text" else offset + len(hits)
@@ -811,59 +585,24 @@ class PostgresStore:
             "   WHERE l.conversation_id = c.id)"
             " FROM conversations c ORDER BY c.updated_at, c.id"
         )
-        return [
-            ConversationInfo(
-                id=r[0],
-                session_key=r[1],
-                created_at=float(r[2]),
-                updated_at=float(r[3]),
-                message_count=int(r[4]),
-                summary_count=int(r[5]),
-                bytes=int(r[6]),
-            )
-            for r in rows
-        ]
+        return [_common.conversation_info(r) for r in rows]
 
-    def delete_conversation(self, conversation_id: str) -> None:
-        """Delete a conversation with all its rows and index entries (retention only)."""
+    def _delete_conversations(self, conversation_ids: Sequence[str]) -> None:
         with self._tx() as conn:
-            self._delete(conn, conversation_id)
-
-    @staticmethod
-    def _delete(conn: psycopg.Connection[Any], conversation_id: str) -> None:
-        # Edges first: the cascade from summaries would otherwise check them one by one.
-        conn.execute("DELETE FROM summary_sources WHERE conversation_id = %s", (conversation_id,))
-        conn.execute("DELETE FROM conversations WHERE id = %s", (conversation_id,))
-
-    def prune(self, *, older_than_s: float | None = None, max_bytes: int | None = None) -> int:
-        """Delete whole conversations by age and size cap; return how many (see ``retention``)."""
-        doomed = plan_prune(
-            self.list_conversations(),
-            now=self._clock(),
-            older_than_s=older_than_s,
-            max_bytes=max_bytes,
-        )
-        if doomed:
-            with self._tx() as conn:
-                for info in doomed:
-                    self._delete(conn, info.id)
-        return len(doomed)
+            for conversation_id in conversation_ids:
+                # Edges first: the cascade from summaries would otherwise check them one by one.
+                conn.execute(
+                    "DELETE FROM summary_sources WHERE conversation_id = %s", (conversation_id,)
+                )
+                conn.execute("DELETE FROM conversations WHERE id = %s", (conversation_id,))
 
     def vacuum(self) -> None:
         """``VACUUM (ANALYZE)`` the archive's tables, outside a transaction as PostgreSQL needs."""
-        tables = (
-            "conversations",
-            "messages",
-            "summaries",
-            "summary_sources",
-            "context_items",
-            "large_contents",
-        )
         try:
             with self._pool.connection() as conn:
                 conn.autocommit = True
                 try:
-                    for table in tables:
+                    for table in _common.TABLE_COUNTS.values():
                         conn.execute(
                             sql.SQL("VACUUM (ANALYZE) {}.{}").format(
                                 sql.Identifier(self.schema), sql.Identifier(table)
@@ -886,12 +625,7 @@ class PostgresStore:
                 "url": self.url,
                 "schema": self.schema,
                 "schema_version": one("SELECT MAX(version) FROM schema_version"),
-                "conversations": one("SELECT COUNT(*) FROM conversations"),
-                "messages": one("SELECT COUNT(*) FROM messages"),
-                "summaries": one("SELECT COUNT(*) FROM summaries"),
-                "summary_edges": one("SELECT COUNT(*) FROM summary_sources"),
-                "context_items": one("SELECT COUNT(*) FROM context_items"),
-                "large_contents": one("SELECT COUNT(*) FROM large_contents"),
+                **{k: one(f"SELECT COUNT(*) FROM {t}") for k, t in _common.TABLE_COUNTS.items()},
                 "index_rows": one(
                     "SELECT (SELECT COUNT(*) FROM messages) + (SELECT COUNT(*) FROM summaries)"
                 ),

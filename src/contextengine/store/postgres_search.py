@@ -132,7 +132,7 @@ def text_snippet(parsed: _search.ParsedQuery, text: str) -> str:
     "paints" finds "painting"), the same leniency the ranking has.
     """
     words = [*parsed.terms, *(w for phrase in parsed.phrases for w in phrase)]
-    stems = sorted({_search._stem(w) for w in words if w}, key=len, reverse=True)
+    stems = sorted({_search.stem(w) for w in words if w}, key=len, reverse=True)
     if not stems:
         return plain_snippet(text)
     pattern = re.compile(

@@ -58,6 +58,7 @@ __all__ = [
     "regex_find",
     "rerank",
     "snippet_around",
+    "stem",
 ]
 
 #: Markers around the matched text in snippets.
@@ -169,7 +170,7 @@ def fts5_match(
 
 
 @functools.lru_cache(maxsize=65_536)
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """A crude suffix stripper, good enough to line up "paints" with "painting" when reranking."""
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -188,7 +189,7 @@ def rerank(
     (in query order, up to two words apart); rows past the window keep their
     BM25 order, so pagination stays deterministic.
     """
-    wanted = [_stem(t) for t in query.terms] + [_stem(w) for p in query.phrases for w in p]
+    wanted = [stem(t) for t in query.terms] + [stem(w) for p in query.phrases for w in p]
     wanted = list(dict.fromkeys(wanted))
     head = list(range(min(window, len(candidates))))
     if len(wanted) < 2 or not head:
@@ -197,11 +198,11 @@ def rerank(
     boosted: list[tuple[float, int]] = []
     for index in head:
         score, text = candidates[index]
-        stems = [_stem(w) for w in _TOKEN.findall(text.lower())]
+        stems = [stem(w) for w in _TOKEN.findall(text.lower())]
         positions: dict[str, list[int]] = {}
-        for pos, stem in enumerate(stems):
-            if stem in wanted:
-                positions.setdefault(stem, []).append(pos)
+        for pos, word_stem in enumerate(stems):
+            if word_stem in wanted:
+                positions.setdefault(word_stem, []).append(pos)
         coverage = len(positions) / len(wanted)
         near = 0
         for first, second in pairs:

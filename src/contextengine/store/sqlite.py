@@ -47,8 +47,6 @@ Connections run in WAL mode (files), with foreign keys on, a busy timeout and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -58,9 +56,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from contextengine.errors import InvalidMessagesError, StoreError
-from contextengine.messages import message_text
+from contextengine.errors import StoreError
+from contextengine.store import _common
 from contextengine.store import search as _search
+from contextengine.store._common import identity_key, message_search_text
 from contextengine.store.ids import (
     conversation_id_for,
     large_content_id_for,
@@ -78,52 +77,19 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
-from contextengine.store.retention import plan_prune
 
 __all__ = ["SQLiteStore", "identity_key", "message_search_text"]
 
 Message = dict[str, Any]
 _CHUNK = 400  # parameters per IN (...) query, well under SQLite's limit
 _REGEX_DEADLINE_S = 3.0
-#: Characters of the previous message indexed with each message (the ``ctx`` column).
-_CONTEXT_CHARS = 300
-_MESSAGE_COLUMNS = "id, conversation_id, seq, role, json, token_count, identity_key, created_at"
 _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, token_count, seq_start, seq_end, "
     "time_start, time_end, descendant_count, fallback, created_at"
 )
 
 
-def message_search_text(msg: Mapping[str, Any]) -> str:
-    """The text of a message the full-text index holds: content plus tool calls as name(args)."""
-    return message_text(msg if isinstance(msg, dict) else dict(msg))
-
-
-def _canonical_hash(msg: Mapping[str, Any]) -> str:
-    canonical = json.dumps(msg, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def identity_key(msg: Mapping[str, Any], position: int, content_hash: str | None = None) -> str:
-    """The identity key of ``msg`` at ``position`` in its history (see the module docstring)."""
-    msg_id = msg.get("id")
-    if isinstance(msg_id, str) and msg_id:
-        return f"id:{msg_id}"
-    # Tool-call ids are deliberately not identities: real providers recycle
-    # them (tau-bench's gpt-4o runs reuse one id for several different calls),
-    # and keying on them silently dropped the later, different messages.
-    return f"h:{position}:{content_hash or _canonical_hash(msg)}"
-
-
-def _default_token_count(msg: Mapping[str, Any]) -> int:
-    try:
-        from contextengine.tokens import message_tokens
-    except ImportError:  # pragma: no cover - tokens.py is written in parallel
-        return max(1, len(json.dumps(msg, ensure_ascii=False)) // 4)
-    return int(message_tokens(msg))
-
-
-class SQLiteStore:
+class SQLiteStore(_common.StoreBase):
     """The archive in one SQLite file (or ``":memory:"``); implements :class:`Store`.
 
     ``clock`` returns the current time in seconds (injectable for retention
@@ -142,7 +108,7 @@ class SQLiteStore:
     ) -> None:
         self.path = str(path)
         self._clock = clock
-        self._count = token_counter or _default_token_count
+        self._count = token_counter or _common.default_token_count
         self._lock = threading.RLock()
         self._tokens: dict[str, str] = {}
         if self.path != ":memory:":
@@ -163,12 +129,6 @@ class SQLiteStore:
             raise
 
     # ------------------------------------------------------------------ plumbing
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -268,18 +228,7 @@ class SQLiteStore:
         Called by the engine on every turn and before assembling a view. The
         identity rule is in the module docstring.
         """
-        if token_counts is not None and len(token_counts) != len(messages):
-            raise StoreError("token_counts must have one entry per message")
-        encoded: list[str] = []
-        hashes: list[str] = []
-        for index, msg in enumerate(messages):
-            if not isinstance(msg, dict):
-                raise InvalidMessagesError("a message must be a JSON object", index=index)
-            try:
-                encoded.append(json.dumps(msg, ensure_ascii=False, separators=(",", ":")))
-            except (TypeError, ValueError) as exc:
-                raise InvalidMessagesError(f"not JSON-serialisable: {exc}", index=index) from None
-            hashes.append(_canonical_hash(msg))
+        encoded, hashes = _common.encode_batch(messages, token_counts)
         token = self._search_token(conversation_id)
         if not messages:
             return []
@@ -288,51 +237,29 @@ class SQLiteStore:
                 "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
                 (conversation_id,),
             ).fetchone()
-            start = (
-                start_seq
-                if start_seq is not None
-                else self._align(db, conversation_id, count, hashes)
-            )
-            keys = [
-                identity_key(m, start + i, h)
-                for i, (m, h) in enumerate(zip(messages, hashes, strict=True))
-            ]
+            keys = self._identity_keys(db, conversation_id, messages, hashes, count, start_seq)
             existing = self._existing_keys(db, conversation_id, keys)
             (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()
             now = self._clock()
-            new: list[StoredMessage] = []
+            new = _common.new_messages(
+                conversation_id,
+                messages,
+                keys,
+                existing,
+                count,
+                now,
+                lambda i: token_counts[i] if token_counts is not None else self._count(messages[i]),
+            )
             rows: list[tuple[Any, ...]] = []
             index_rows: list[tuple[int, str, str, str]] = []
             previous = self._last_text(db, conversation_id, count)
-            for i, msg in enumerate(messages):
-                key = keys[i]
-                if key in existing:
-                    continue
-                existing.add(key)
-                seq = count + len(new)
-                rowid = max_rowid + 1 + len(new)
-                tokens = token_counts[i] if token_counts is not None else self._count(msg)
-                msg_id = (
-                    "msg_" + hashlib.sha256(f"{conversation_id}\0{key}".encode()).hexdigest()[:16]
-                )
-                role = str(msg.get("role", ""))
-                rows.append(
-                    (rowid, msg_id, conversation_id, seq, role, encoded[i], int(tokens), key, now)
-                )
-                text = message_search_text(msg)
-                index_rows.append((rowid, token, text, previous[:_CONTEXT_CHARS]))
+            for n, (i, m) in enumerate(new):
+                rowid = max_rowid + 1 + n
+                values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
+                rows.append((rowid, *values, m.identity_key, now))
+                text = message_search_text(m.message)
+                index_rows.append((rowid, token, text, previous[: _common.CONTEXT_CHARS]))
                 previous = text
-                stored = StoredMessage(
-                    id=msg_id,
-                    conversation_id=conversation_id,
-                    seq=seq,
-                    role=role,
-                    message=msg,
-                    token_count=int(tokens),
-                    identity_key=key,
-                    created_at=now,
-                )
-                new.append(stored)
             if rows:
                 db.executemany(
                     "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
@@ -347,34 +274,7 @@ class SQLiteStore:
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
                 )
-        return new
-
-    def _align(
-        self, db: sqlite3.Connection, conversation_id: str, count: int, hashes: list[str]
-    ) -> int:
-        """Where a batch given without ``start_seq`` starts in the stored history."""
-        if count == 0:
-            return 0
-        n = len(hashes)
-
-        def stored_hashes(lo: int, hi: int) -> list[str]:
-            rows = db.execute(
-                "SELECT json FROM messages WHERE conversation_id = ? AND seq >= ? AND seq < ?"
-                " ORDER BY seq",
-                (conversation_id, lo, hi),
-            ).fetchall()
-            return [_canonical_hash(json.loads(r[0])) for r in rows]
-
-        head = stored_hashes(0, min(n, count))
-        if head == hashes[: len(head)]:
-            return 0
-        tail_start = max(1, count - n)
-        tail = stored_hashes(tail_start, count)
-        for start in range(tail_start, count):
-            overlap = tail[start - tail_start :]
-            if overlap == hashes[: len(overlap)]:
-                return start
-        return count
+        return [m for _, m in new]
 
     @staticmethod
     def _last_text(db: sqlite3.Connection, conversation_id: str, count: int) -> str:
@@ -404,45 +304,6 @@ class SQLiteStore:
             found.update(r[0] for r in rows)
         return found
 
-    @staticmethod
-    def _message(row: Sequence[Any]) -> StoredMessage:
-        return StoredMessage(
-            id=row[0],
-            conversation_id=row[1],
-            seq=row[2],
-            role=row[3],
-            message=json.loads(row[4]),
-            token_count=row[5],
-            identity_key=row[6],
-            created_at=row[7],
-        )
-
-    def message_count(self, conversation_id: str) -> int:
-        rows = self._read(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
-            (conversation_id,),
-        )
-        return int(rows[0][0])
-
-    def get_messages(
-        self, conversation_id: str, seq_start: int = 0, seq_end: int | None = None
-    ) -> list[StoredMessage]:
-        """Messages with ``seq_start <= seq < seq_end`` in order."""
-        end = seq_end if seq_end is not None else 2**62
-        rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?"
-            " AND seq >= ? AND seq < ? ORDER BY seq",
-            (conversation_id, seq_start, end),
-        )
-        return [self._message(r) for r in rows]
-
-    def get_message(self, conversation_id: str, message_id: str) -> StoredMessage | None:
-        rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND conversation_id = ?",
-            (message_id, conversation_id),
-        )
-        return self._message(rows[0]) if rows else None
-
     # ------------------------------------------------------------------ summaries and context
 
     def _summary(self, row: Sequence[Any]) -> SummaryRecord:
@@ -450,22 +311,7 @@ class SQLiteStore:
             "SELECT source_id FROM summary_sources WHERE summary_id = ? ORDER BY position",
             (row[0],),
         )
-        return SummaryRecord(
-            id=row[0],
-            conversation_id=row[1],
-            kind=row[2],
-            depth=row[3],
-            content=row[4],
-            token_count=row[5],
-            seq_start=row[6],
-            seq_end=row[7],
-            time_start=row[8],
-            time_end=row[9],
-            descendant_count=row[10],
-            fallback=bool(row[11]),
-            created_at=row[12],
-            source_ids=tuple(r[0] for r in sources),
-        )
+        return _common.summary_record(row, [r[0] for r in sources])
 
     def get_summary(self, conversation_id: str, summary_id: str) -> SummaryRecord | None:
         rows = self._read(
@@ -473,22 +319,6 @@ class SQLiteStore:
             (summary_id, conversation_id),
         )
         return self._summary(rows[0]) if rows else None
-
-    def parent_summary(self, conversation_id: str, item_id: str) -> str | None:
-        """The id of the summary whose sources include ``item_id``, if any."""
-        rows = self._read(
-            "SELECT summary_id FROM summary_sources WHERE conversation_id = ? AND source_id = ?"
-            " LIMIT 1",
-            (conversation_id, item_id),
-        )
-        return str(rows[0][0]) if rows else None
-
-    def get_context(self, conversation_id: str) -> list[ContextRef]:
-        rows = self._read(
-            "SELECT kind, ref_id FROM context_items WHERE conversation_id = ? ORDER BY position",
-            (conversation_id,),
-        )
-        return [ContextRef(kind=r[0], id=r[1]) for r in rows]
 
     def _check_refs(
         self, db: sqlite3.Connection, conversation_id: str, kind: str, ids: Sequence[str]
@@ -504,11 +334,7 @@ class SQLiteStore:
                 (conversation_id, *chunk),
             ).fetchall()
             if len(rows) != len(chunk):
-                missing = sorted(set(chunk) - {r[0] for r in rows})
-                raise StoreError(
-                    f"unknown {kind} id(s) in conversation {conversation_id!r}: "
-                    + ", ".join(missing[:5])
-                )
+                raise _common.unknown_refs(conversation_id, kind, set(chunk) - {r[0] for r in rows})
 
     def _write_context(
         self, db: sqlite3.Connection, conversation_id: str, items: Sequence[ContextRef]
@@ -549,14 +375,8 @@ class SQLiteStore:
             (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM summaries").fetchone()
             written: list[str] = []
             for n, summary in enumerate(summaries):
-                if summary.kind not in ("leaf", "condensed"):
-                    raise StoreError(
-                        f"summary kind must be leaf or condensed, not {summary.kind!r}"
-                    )
-                source_kind = "message" if summary.kind == "leaf" else "summary"
-                sources = [
-                    written[int(s[4:])] if s.startswith("new:") else s for s in summary.source_ids
-                ]
+                source_kind = _common.source_kind(summary)
+                sources = _common.resolve_sources(summary, written)
                 self._check_refs(db, conversation_id, source_kind, sources)
                 summary_id = summary_id_for(conversation_id, summary.kind, sources, summary.content)
                 rowid = max_rowid + 1 + n
@@ -593,35 +413,12 @@ class SQLiteStore:
                 )
                 written.append(summary_id)
                 records.append(
-                    SummaryRecord(
-                        id=summary_id,
-                        conversation_id=conversation_id,
-                        kind=summary.kind,
-                        depth=summary.depth,
-                        content=summary.content,
-                        token_count=summary.token_count,
-                        seq_start=summary.seq_start,
-                        seq_end=summary.seq_end,
-                        time_start=summary.time_start,
-                        time_end=summary.time_end,
-                        descendant_count=summary.descendant_count,
-                        fallback=summary.fallback,
-                        created_at=now,
-                        source_ids=tuple(sources),
-                    )
+                    _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
                 )
             if new_context is not None:
-                resolved = []
-                for item in new_context:
-                    if item.id.startswith("new:"):
-                        try:
-                            item = ContextRef(kind="summary", id=written[int(item.id[4:])])
-                        except (ValueError, IndexError):
-                            raise StoreError(
-                                f"no new summary for placeholder {item.id!r}"
-                            ) from None
-                    resolved.append(item)
-                self._write_context(db, conversation_id, resolved)
+                self._write_context(
+                    db, conversation_id, _common.resolve_context(new_context, written)
+                )
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
             )
@@ -644,18 +441,7 @@ class SQLiteStore:
                 "INSERT INTO large_contents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
                 (content_id, conversation_id, message_id, content, token_count, self._clock()),
             )
-        stored = self.get_large_content(conversation_id, content_id)
-        if stored is None:  # pragma: no cover - the row was just written in this conversation
-            raise StoreError(f"large content {content_id} vanished after it was written")
-        return stored
-
-    def large_content_for_message(
-        self, conversation_id: str, message_id: str
-    ) -> LargeContent | None:
-        """The large content stored for ``message_id``, if any."""
-        return self.get_large_content(
-            conversation_id, large_content_id_for(conversation_id, message_id)
-        )
+        return self._written_large_content(conversation_id, content_id)
 
     def get_large_content(self, conversation_id: str, content_id: str) -> LargeContent | None:
         rows = self._read(
@@ -663,17 +449,7 @@ class SQLiteStore:
             " FROM large_contents WHERE id = ? AND conversation_id = ?",
             (content_id, conversation_id),
         )
-        if not rows:
-            return None
-        r = rows[0]
-        return LargeContent(
-            id=r[0],
-            conversation_id=r[1],
-            message_id=r[2],
-            content=r[3],
-            token_count=r[4],
-            created_at=r[5],
-        )
+        return _common.large_content(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ search
 
@@ -692,15 +468,8 @@ class SQLiteStore:
         The engine of ``lcm_grep``. Raises :class:`StoreError` for an unknown
         conversation, a bad mode/scope/cursor or an invalid regex.
         """
-        if mode not in ("text", "regex"):
-            raise StoreError(f"mode must be 'text' or 'regex', not {mode!r}")
-        if scope not in ("messages", "summaries", "all"):
-            raise StoreError(f"scope must be 'messages', 'summaries' or 'all', not {scope!r}")
+        limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         token = self._search_token(conversation_id)
-        limit = max(1, min(int(limit), _search.MAX_LIMIT))
-        offset = 0
-        if cursor:
-            offset = _search.decode_cursor(cursor, conversation_id, mode, scope, query)
         if mode == "regex":
             return self._search_regex(conversation_id, query, scope, limit, offset)
         return self._search_text(conversation_id, token, query, scope, limit, offset)
@@ -708,10 +477,6 @@ class SQLiteStore:
     def _search_text(
         self, conversation_id: str, token: str, query: str, scope: str, limit: int, offset: int
     ) -> SearchPage:
-        if offset > _search.MAX_OFFSET:
-            raise StoreError(
-                f"search results beyond {_search.MAX_OFFSET} are not served; refine the query"
-            )
         parsed = _search.parse_query(query)
         if parsed.empty:
             return SearchPage(results=[])
@@ -844,50 +609,24 @@ class SQLiteStore:
             "   WHERE l.conversation_id = c.id)"
             " FROM conversations c ORDER BY c.updated_at, c.id"
         )
-        return [
-            ConversationInfo(
-                id=r[0],
-                session_key=r[1],
-                created_at=r[2],
-                updated_at=r[3],
-                message_count=r[4],
-                summary_count=r[5],
-                bytes=r[6],
-            )
-            for r in rows
-        ]
+        return [_common.conversation_info(r) for r in rows]
 
-    def delete_conversation(self, conversation_id: str) -> None:
-        """Delete a conversation with all its rows and index entries (retention only)."""
+    def _delete_conversations(self, conversation_ids: Sequence[str]) -> None:
         with self._write() as db:
-            self._delete(db, conversation_id)
-
-    def _delete(self, db: sqlite3.Connection, conversation_id: str) -> None:
-        index_rows = db.execute(
-            "SELECT rowid FROM messages WHERE conversation_id = ?"
-            " UNION ALL SELECT -rowid FROM summaries WHERE conversation_id = ?",
-            (conversation_id, conversation_id),
-        ).fetchall()
-        db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
-        # Edges and context rows go by cascade; deleting them first keeps the
-        # cascade from checking summary ids one by one.
-        db.execute("DELETE FROM summary_sources WHERE conversation_id = ?", (conversation_id,))
-        db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-        self._tokens.pop(conversation_id, None)
-
-    def prune(self, *, older_than_s: float | None = None, max_bytes: int | None = None) -> int:
-        """Delete whole conversations by age and size cap; return how many (see ``retention``)."""
-        doomed = plan_prune(
-            self.list_conversations(),
-            now=self._clock(),
-            older_than_s=older_than_s,
-            max_bytes=max_bytes,
-        )
-        if doomed:
-            with self._write() as db:
-                for info in doomed:
-                    self._delete(db, info.id)
-        return len(doomed)
+            for conversation_id in conversation_ids:
+                index_rows = db.execute(
+                    "SELECT rowid FROM messages WHERE conversation_id = ?"
+                    " UNION ALL SELECT -rowid FROM summaries WHERE conversation_id = ?",
+                    (conversation_id, conversation_id),
+                ).fetchall()
+                db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
+                # Edges and context rows go by cascade; deleting them first keeps the
+                # cascade from checking summary ids one by one.
+                db.execute(
+                    "DELETE FROM summary_sources WHERE conversation_id = ?", (conversation_id,)
+                )
+                db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+                self._tokens.pop(conversation_id, None)
 
     def vacuum(self) -> None:
         """Merge the index, rewrite the file compactly and truncate the WAL."""
@@ -908,12 +647,7 @@ class SQLiteStore:
         return {
             "path": self.path,
             "schema_version": one("SELECT MAX(version) FROM schema_version"),
-            "conversations": one("SELECT COUNT(*) FROM conversations"),
-            "messages": one("SELECT COUNT(*) FROM messages"),
-            "summaries": one("SELECT COUNT(*) FROM summaries"),
-            "summary_edges": one("SELECT COUNT(*) FROM summary_sources"),
-            "context_items": one("SELECT COUNT(*) FROM context_items"),
-            "large_contents": one("SELECT COUNT(*) FROM large_contents"),
+            **{k: one(f"SELECT COUNT(*) FROM {t}") for k, t in _common.TABLE_COUNTS.items()},
             "index_rows": one("SELECT COUNT(*) FROM search_index"),
             "file_bytes": one("PRAGMA page_count") * page_size,
             "free_bytes": one("PRAGMA freelist_count") * page_size,

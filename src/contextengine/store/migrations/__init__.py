@@ -1,11 +1,13 @@
-"""Numbered schema migrations of the archive, shared by every store.
+"""Numbered schema migrations of the archive, and the one loader every store uses.
 
-Each module ``mNNNN_<name>.py`` in this package is one migration: ``VERSION``
-(its number), ``DESCRIPTION`` and one tuple of SQL statements per dialect
-(``SQLITE``; a server store adds its own, e.g. ``POSTGRES``). A store calls
-:func:`load_migrations` when it opens, compares the numbers with its
-``schema_version`` table and applies the missing ones in order, each in its
-own transaction, so a crash mid-migration leaves the previous version intact.
+Each module ``mNNNN_<name>.py`` in a migrations package is one migration:
+``VERSION`` (its number), ``DESCRIPTION`` and one tuple of SQL statements per
+dialect (``SQLITE`` here; :mod:`contextengine.store.postgres_migrations` holds
+``POSTGRES``), optionally with ``<DIALECT>_OPTIONAL`` statements a server may
+refuse. A store calls :func:`load_migrations` with its dialect (and package)
+when it opens, compares the numbers with its ``schema_version`` table and
+applies the missing ones in order, each in its own transaction, so a crash
+mid-migration leaves the previous version intact.
 
 Migrations are never edited once released: a schema change is a new module
 with the next number.
@@ -25,25 +27,35 @@ _MODULE_NAME = re.compile(r"^m(\d{4})_\w+$")
 
 @dataclass(frozen=True, kw_only=True)
 class Migration:
-    """One numbered schema step for one SQL dialect."""
+    """One numbered schema step for one SQL dialect.
+
+    ``optional`` statements improve the archive but may be refused by the
+    server (e.g. ``CREATE EXTENSION`` without the privilege); a store runs each
+    in a savepoint and skips a refusal.
+    """
 
     version: int
     description: str
     statements: tuple[str, ...]
+    optional: tuple[str, ...] = ()
 
 
-def load_migrations(dialect: str) -> list[Migration]:
-    """Return the migrations that have statements for ``dialect`` ("SQLITE", ...), in order.
+def load_migrations(dialect: str, package: str = __name__) -> list[Migration]:
+    """Return the migrations of ``package`` with statements for ``dialect``, in order.
 
-    Called by a store when it opens, before any other query.
+    ``dialect`` names the statements attribute ("SQLITE", "POSTGRES");
+    ``package`` is the dotted name of the migrations package (default: this
+    one, the SQLite migrations). Called by a store when it opens, before any
+    other query.
     """
     found: list[Migration] = []
-    for info in pkgutil.iter_modules(__path__):
+    attribute = dialect.upper()
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
         match = _MODULE_NAME.match(info.name)
         if match is None:
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        statements = getattr(module, dialect.upper(), None)
+        module = importlib.import_module(f"{package}.{info.name}")
+        statements = getattr(module, attribute, None)
         if statements is None:
             continue
         version = int(match.group(1))
@@ -54,6 +66,7 @@ def load_migrations(dialect: str) -> list[Migration]:
                 version=version,
                 description=str(getattr(module, "DESCRIPTION", info.name)),
                 statements=tuple(statements),
+                optional=tuple(getattr(module, f"{attribute}_OPTIONAL", ())),
             )
         )
     found.sort(key=lambda m: m.version)

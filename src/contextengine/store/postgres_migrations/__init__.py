@@ -16,15 +16,12 @@ migrate it exactly once. Released migrations are never edited.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from contextengine.errors import StoreError
+from contextengine.store.migrations import Migration, load_migrations
 
 __all__ = ["MIGRATION_LOCK", "PgMigration", "apply_pg_migrations", "load_pg_migrations"]
 
@@ -32,40 +29,13 @@ __all__ = ["MIGRATION_LOCK", "PgMigration", "apply_pg_migrations", "load_pg_migr
 #: (their ``CREATE EXTENSION`` steps would race).
 MIGRATION_LOCK = "contextengine.migrate"
 
-_MODULE_NAME = re.compile(r"^m(\d{4})_\w+$")
+#: The PostgreSQL steps are the same :class:`~contextengine.store.migrations.Migration` records.
+PgMigration = Migration
 
 
-@dataclass(frozen=True, kw_only=True)
-class PgMigration:
-    """One numbered schema step of the PostgreSQL archive."""
-
-    version: int
-    description: str
-    statements: tuple[str, ...]
-    optional: tuple[str, ...] = ()
-
-
-def load_pg_migrations() -> list[PgMigration]:
+def load_pg_migrations() -> list[Migration]:
     """Every migration of this package in order; called by ``PostgresStore`` when it opens."""
-    found: list[PgMigration] = []
-    for info in pkgutil.iter_modules(__path__):
-        match = _MODULE_NAME.match(info.name)
-        if match is None:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        version = int(match.group(1))
-        if getattr(module, "VERSION", version) != version:
-            raise RuntimeError(f"migration {info.name} declares VERSION {module.VERSION}")
-        found.append(
-            PgMigration(
-                version=version,
-                description=str(getattr(module, "DESCRIPTION", info.name)),
-                statements=tuple(module.POSTGRES),
-                optional=tuple(getattr(module, "POSTGRES_OPTIONAL", ())),
-            )
-        )
-    found.sort(key=lambda m: m.version)
-    return found
+    return load_migrations("POSTGRES", __name__)
 
 
 def _applied(conn: Any, schema: str) -> set[int]:
