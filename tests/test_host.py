@@ -595,3 +595,15 @@ def test_per_request_work_is_proportional_to_new_messages(monkeypatch: pytest.Mo
     host.prepare_request(history)
     assert len(estimated) == 2 and sanitized == [2]
     assert host.status()["rough_tokens"] == count_message_tokens(history)
+
+
+def test_a_long_agentic_turn_keeps_compacting_between_responses() -> None:
+    engine = shrinking_engine(should_compress=True)
+    host, events = make_host(engine, max_compactions_per_turn=2)
+    history = conversation(6, tools=False)
+    for _ in range(3):  # three model calls in one turn, no end_turn in between
+        host.prepare_request(history)
+        history = host.history
+        host.record_response(USAGE)
+    assert len(engine.calls_to("compress")) == 6
+    assert not warnings_of(events, "compaction_limit")

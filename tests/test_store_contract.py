@@ -363,3 +363,15 @@ def test_postgres_url_names_the_extra_when_missing(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "contextengine.store.postgres", None)
     with pytest.raises(StoreError, match=r"contextengine\[postgres\]"):
         open_store("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_append_context_adds_at_the_end(store: Store) -> None:
+    cid = store.open_conversation("s")
+    stored = store.append_messages(cid, history(2))
+    refs = [ContextRef(kind="message", id=m.id) for m in stored]
+    store.replace_context(cid, refs[:2])
+    store.append_context(cid, refs[2:])
+    assert store.get_context(cid) == refs
+    other = store.open_conversation("other")
+    with pytest.raises(StoreError):
+        store.append_context(other, refs[:1])  # another conversation's message

@@ -614,6 +614,11 @@ class _HostCore:
             "update_from_response", _hook(self.engine.update_from_response, normalized)
         )
         self._rough_at_response = self._last_rough
+        # The pass budget bounds compaction between two provider responses: a
+        # long agentic turn (hundreds of tool calls before end_turn) must keep
+        # compacting as it grows, while one request can still never loop.
+        self._turn_passes = 0
+        self._turn_notes.discard("compaction_limit")
         return normalized
 
     def _op_end_turn(self, messages: list[Message], usage: Any, meta: dict[str, Any]) -> Op[None]:

@@ -79,7 +79,8 @@ class ContextHost(_HostCore):
     :class:`~contextengine.events.CompactionEvent` and
     :class:`~contextengine.events.HostEvent`; a plain function works, and one
     that raises never stops the others. ``max_compactions_per_turn`` bounds the
-    automatic compress passes between two :meth:`end_turn` calls.
+    automatic compress passes of one step of a turn: between two provider
+    responses (:meth:`record_response`) or turn ends (:meth:`end_turn`).
     ``cache_control`` adds Anthropic-style prompt-cache breakpoints to the
     system prompt and the last message of each request (on copies).
     """

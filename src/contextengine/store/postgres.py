@@ -388,6 +388,31 @@ class PostgresStore(_common.StoreBase):
                 (self._clock(), conversation_id),
             )
 
+    def append_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None:
+        """Add references at the end of the active context: the per-turn case, in O(new items)."""
+        with self._tx() as conn:
+            self._lock_conversation(conn, conversation_id)
+            for kind in ("message", "summary"):
+                self._check_refs(
+                    conn, conversation_id, kind, [i.id for i in items if i.kind == kind]
+                )
+            row = conn.execute(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM context_items"
+                " WHERE conversation_id = %s",
+                (conversation_id,),
+            ).fetchone()
+            start = int(row[0]) if row else 0
+            if items:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO context_items VALUES (%s, %s, %s, %s)",
+                        [(conversation_id, start + n, i.kind, i.id) for n, i in enumerate(items)],
+                    )
+            conn.execute(
+                "UPDATE conversations SET updated_at = %s WHERE id = %s",
+                (self._clock(), conversation_id),
+            )
+
     def commit_compaction(
         self,
         conversation_id: str,

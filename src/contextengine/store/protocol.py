@@ -205,6 +205,10 @@ class Store(Protocol):
 
     def replace_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None: ...
 
+    def append_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None:
+        """Add ``items`` at the end of the active context (after ingest), in O(len(items))."""
+        ...
+
     def commit_compaction(
         self,
         conversation_id: str,

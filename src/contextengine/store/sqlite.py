@@ -357,6 +357,26 @@ class SQLiteStore(_common.StoreBase):
         with self._write() as db:
             self._write_context(db, conversation_id, items)
 
+    def append_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None:
+        """Add references at the end of the active context: the per-turn case, in O(new items)."""
+        self._search_token(conversation_id)
+        with self._write() as db:
+            for kind in ("message", "summary"):
+                self._check_refs(db, conversation_id, kind, [i.id for i in items if i.kind == kind])
+            (start,) = db.execute(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM context_items"
+                " WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            db.executemany(
+                "INSERT INTO context_items VALUES (?, ?, ?, ?)",
+                [(conversation_id, start + n, item.kind, item.id) for n, item in enumerate(items)],
+            )
+            db.execute(
+                "UPDATE conversations SET updated_at = ? WHERE id = ?",
+                (self._clock(), conversation_id),
+            )
+
     def commit_compaction(
         self,
         conversation_id: str,

@@ -371,13 +371,7 @@ class LosslessEngine(ContextEngine):
             added.append(self._message_item(row, new=True))
         if added:
             self._items.extend(added)
-            append = getattr(self._store, "append_context", None)
-            if callable(append):
-                append(self._conversation_id, [item.ref for item in added])
-            else:
-                self._store.replace_context(
-                    self._conversation_id, [item.ref for item in self._items]
-                )
+            self._store.append_context(self._conversation_id, [item.ref for item in added])
         return stored
 
     # ------------------------------------------------------------------ the view
