@@ -11,6 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI replays the same examples every run, so a red build always means a change
+# broke something; locally each run explores new examples.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 SHARED_DATA = Path(
     os.environ.get(
