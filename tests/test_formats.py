@@ -221,9 +221,9 @@ def test_tau_bench_each_run_is_a_session() -> None:
     first = sessions[0]
     assert first.metadata["reward"] == 1.0
     assert first.metadata["gold_actions"] == [
-        {"name": "cancel_reservation", "kwargs": {"reservation_id": "MDCLVA"}}
+        {"name": "cancel_reservation", "kwargs": {"reservation_id": "QX7P2L"}}
     ]
-    assert first.metadata["user_id"] == "mia_li_3668"
+    assert first.metadata["user_id"] == "ana_ruiz_1001"
     assert [m["role"] for m in first.messages] == [
         "system",
         "user",
