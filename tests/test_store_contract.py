@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
-from contextengine.errors import InvalidMessagesError, StoreError
+from contextengine.errors import InvalidMessagesError, StoreConflictError, StoreError
 from contextengine.store import (
     ContextRef,
+    ContextSplice,
     NewSummary,
     SQLiteStore,
     Store,
     default_store_path,
     open_store,
 )
+from contextengine.store.migrations import load_migrations
 from store_factories import STORE_FACTORIES, FakeClock, StoreFactory
 
 
@@ -311,7 +313,7 @@ def test_data_survives_reopening_the_file(tmp_path: Path) -> None:
         assert second.open_conversation("s") == cid
         assert second.append_messages(cid, history(2)) == []
         assert second.search(cid, "answer").results
-        assert second.stats()["schema_version"] == 1
+        assert second.stats()["schema_version"] == max(m.version for m in load_migrations("SQLITE"))
 
 
 @pytest.mark.parametrize(
@@ -375,3 +377,95 @@ def test_append_context_adds_at_the_end(store: Store) -> None:
     other = store.open_conversation("other")
     with pytest.raises(StoreError):
         store.append_context(other, refs[:1])  # another conversation's message
+
+
+def _refs(ids: list[str]) -> list[ContextRef]:
+    return [ContextRef(kind="message", id=i) for i in ids]
+
+
+def test_append_to_context_joins_the_active_context_in_the_same_call(store: Store) -> None:
+    cid = store.open_conversation("s")
+    first = store.append_messages(cid, history(1), start_seq=0, to_context=True)
+    # The system prompt at seq 0 stays out of the context: engines send their own copy.
+    assert store.get_context(cid) == _refs([m.id for m in first[1:]])
+    grown = history(2)
+    later = store.append_messages(cid, grown[3:], start_seq=3, to_context=True)
+    assert store.get_context(cid) == _refs([m.id for m in first[1:] + later])
+    assert store.append_messages(cid, grown, start_seq=0, to_context=True) == []
+    assert len(store.get_context(cid)) == 4  # nothing stored, nothing appended
+
+
+def test_a_splice_replaces_one_run_in_place_and_keeps_the_rest(store: Store) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(4), start_seq=0)]
+    store.replace_context(cid, _refs(ids[1:]))
+    (leaf,) = store.commit_compaction(
+        cid,
+        [_leaf(ids[2:5])],
+        ContextSplice(
+            first_id=ids[2],
+            last_id=ids[4],
+            count=3,
+            replacement=[ContextRef(kind="summary", id="new:0")],
+        ),
+    )
+    expected = [*_refs(ids[1:2]), ContextRef(kind="summary", id=leaf.id), *_refs(ids[5:])]
+    assert store.get_context(cid) == expected
+    # Appends after a splice still land at the end, after the gap it left.
+    more = store.append_messages(cid, [{"role": "user", "content": "later"}], to_context=True)
+    assert store.get_context(cid) == [*expected, *_refs([more[0].id])]
+    assert [type(item).__name__ for item in store.load_context(cid)] == [
+        "StoredMessage",
+        "SummaryRecord",
+        *["StoredMessage"] * (len(ids) - 5 + 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "count"),
+    [
+        pytest.param(2, 4, 2, id="wrong-count"),
+        pytest.param(4, 2, 3, id="reversed"),
+        pytest.param(0, 2, 2, id="first-not-in-context"),
+    ],
+)
+def test_a_splice_that_does_not_match_the_context_is_a_conflict(
+    store: Store, first: int, last: int, count: int
+) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(3), start_seq=0)]
+    store.replace_context(cid, _refs(ids[1:]))
+    splice = ContextSplice(
+        first_id=ids[first],
+        last_id=ids[last],
+        count=count,
+        replacement=[ContextRef(kind="summary", id="new:0")],
+    )
+    with pytest.raises(StoreConflictError):
+        store.commit_compaction(cid, [_leaf(ids[2:5])], splice)
+    assert store.get_context(cid) == _refs(ids[1:])
+    assert store.parent_summary(cid, ids[2]) is None  # the summary was not written either
+
+
+def test_a_splice_cannot_grow_the_context(store: Store) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(2), start_seq=0)]
+    store.replace_context(cid, _refs(ids[1:]))
+    splice = ContextSplice(first_id=ids[1], last_id=ids[1], count=1, replacement=_refs(ids[1:3]))
+    with pytest.raises(StoreError, match="may only shrink"):
+        store.commit_compaction(cid, [], splice)
+
+
+def test_load_context_resolves_every_reference_in_order(store: Store) -> None:
+    cid = store.open_conversation("s")
+    ids = [m.id for m in store.append_messages(cid, history(3), start_seq=0)]
+    (leaf,) = store.commit_compaction(
+        cid, [_leaf(ids[1:3])], [ContextRef(kind="summary", id="new:0"), *_refs(ids[3:])]
+    )
+    loaded = store.load_context(cid)
+    assert loaded[0] == leaf
+    assert [item.id for item in loaded[1:]] == ids[3:]
+    assert [item.message for item in loaded[1:]] == [  # type: ignore[union-attr]
+        m.message for m in store.get_messages(cid, 3)
+    ]
+    assert store.load_context(store.open_conversation("empty")) == []

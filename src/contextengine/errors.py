@@ -12,6 +12,7 @@ telling configuration mistakes, invalid input and failing dependencies apart::
     │   ├── SummarizerAuthError     401/402/403, missing key, exhausted quota: do not retry
     │   └── SummarizerTransientError timeout, 429, 5xx, malformed answer: retry later or fall back
     ├── StoreError                  the archive (SQLite or PostgreSQL) failed or was misused
+    │   └── StoreConflictError      another writer changed the active context first: reload, retry
     ├── FormatError                 a session file is corrupt or of an unknown format
     ├── EngineNotFoundError         no engine is registered under the requested name
     └── EngineLoadError             an engine plugin failed to import or construct
@@ -29,6 +30,7 @@ __all__ = [
     "EngineNotFoundError",
     "FormatError",
     "InvalidMessagesError",
+    "StoreConflictError",
     "StoreError",
     "SummarizerAuthError",
     "SummarizerError",
@@ -85,6 +87,16 @@ class SummarizerTransientError(SummarizerError):
 
 class StoreError(ContextEngineError):
     """The message archive failed, or was asked for something it does not hold."""
+
+
+class StoreConflictError(StoreError):
+    """The active context is not what the writer expected: another writer changed it first.
+
+    Raised by :meth:`~contextengine.store.Store.commit_compaction` when the run
+    of items a :class:`~contextengine.store.ContextSplice` replaces is no longer
+    there as described. Nothing was written; the engine reloads the active
+    context from the store and plans again.
+    """
 
 
 class FormatError(ContextEngineError, ValueError):

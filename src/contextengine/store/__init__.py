@@ -16,6 +16,7 @@ from typing import Any
 from contextengine.errors import StoreError
 from contextengine.store.protocol import (
     ContextRef,
+    ContextSplice,
     ConversationInfo,
     LargeContent,
     NewSummary,
@@ -29,6 +30,7 @@ from contextengine.store.sqlite import SQLiteStore
 
 __all__ = [
     "ContextRef",
+    "ContextSplice",
     "ConversationInfo",
     "LargeContent",
     "NewSummary",

@@ -18,12 +18,13 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from contextengine.errors import InvalidMessagesError, StoreError
+from contextengine.errors import InvalidMessagesError, StoreConflictError, StoreError
 from contextengine.messages import message_text
 from contextengine.store import search as _search
 from contextengine.store.ids import large_content_id_for
 from contextengine.store.protocol import (
     ContextRef,
+    ContextSplice,
     ConversationInfo,
     LargeContent,
     NewSummary,
@@ -400,6 +401,126 @@ class StoreBase(abc.ABC):
             identity_key(m, start + i, h)
             for i, (m, h) in enumerate(zip(messages, hashes, strict=True))
         ]
+
+    @abc.abstractmethod
+    def _check_refs(self, conn: Any, conversation_id: str, kind: str, ids: Sequence[str]) -> None:
+        """Refuse references to items this conversation does not hold (inside a transaction)."""
+
+    @abc.abstractmethod
+    def get_summary(self, conversation_id: str, summary_id: str) -> SummaryRecord | None: ...
+
+    def _context_end(self, conn: Any, conversation_id: str) -> int:
+        """The position after the last item of the active context, inside a transaction."""
+        row = conn.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM context_items"
+            f" WHERE conversation_id = {self.MARK}",
+            (conversation_id,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _insert_context(
+        self, conn: Any, conversation_id: str, start: int, items: Sequence[ContextRef]
+    ) -> None:
+        """Write ``items`` at positions ``start``, ``start + 1``... (checked by the caller)."""
+        if items:
+            conn.cursor().executemany(
+                "INSERT INTO context_items VALUES (?, ?, ?, ?)".replace("?", self.MARK),
+                [(conversation_id, start + n, item.kind, item.id) for n, item in enumerate(items)],
+            )
+
+    def _splice_context(
+        self, conn: Any, conversation_id: str, splice: ContextSplice, written: Sequence[str]
+    ) -> None:
+        """Apply a :class:`ContextSplice` inside a compaction's transaction, in O(run length).
+
+        The replacement takes the first positions of the run; the items after
+        it keep theirs (positions only order the context, gaps are allowed).
+        """
+        replacement = resolve_context(splice.replacement, written)
+        if splice.count < 1 or len(replacement) > splice.count:
+            raise StoreError(
+                f"a context splice replaces {splice.count} item(s) with {len(replacement)}:"
+                " it may only shrink a run of at least one item"
+            )
+        mark = self.MARK
+        found = dict(
+            conn.execute(
+                f"SELECT ref_id, position FROM context_items WHERE conversation_id = {mark}"
+                f" AND ref_id IN ({mark}, {mark})",
+                (conversation_id, splice.first_id, splice.last_id),
+            ).fetchall()
+        )
+        first, last = found.get(splice.first_id), found.get(splice.last_id)
+        span = None
+        if first is not None and last is not None and int(first) <= int(last):
+            row = conn.execute(
+                f"SELECT COUNT(*) FROM context_items WHERE conversation_id = {mark}"
+                f" AND position >= {mark} AND position <= {mark}",
+                (conversation_id, first, last),
+            ).fetchone()
+            span = int(row[0])
+        if span != splice.count:
+            raise StoreConflictError(
+                f"conversation {conversation_id!r}: the active context no longer holds the"
+                f" {splice.count} item(s) from {splice.first_id} to {splice.last_id}"
+                " (another writer changed it); reload it and compact again"
+            )
+        for kind in ("message", "summary"):
+            self._check_refs(
+                conn, conversation_id, kind, [i.id for i in replacement if i.kind == kind]
+            )
+        conn.execute(
+            f"DELETE FROM context_items WHERE conversation_id = {mark}"
+            f" AND position >= {mark} AND position <= {mark}",
+            (conversation_id, first, last),
+        )
+        assert first is not None  # the count check above found the run
+        self._insert_context(conn, conversation_id, int(first), replacement)
+
+    def _append_to_context(
+        self, conn: Any, conversation_id: str, stored: Sequence[StoredMessage]
+    ) -> None:
+        """``append_messages(to_context=True)``: the new messages join the active context.
+
+        A system prompt stored at seq 0 stays out: the engine sends it from its
+        own copy, ahead of everything else.
+        """
+        refs = [
+            ContextRef(kind="message", id=m.id)
+            for m in stored
+            if not (m.seq == 0 and m.role == "system")
+        ]
+        if refs:
+            self._insert_context(
+                conn, conversation_id, self._context_end(conn, conversation_id), refs
+            )
+
+    def load_context(self, conversation_id: str) -> list[StoredMessage | SummaryRecord]:
+        """The active context with every reference resolved, in order (see :class:`Store`).
+
+        One query for the messages (joined to the context), one per summary:
+        a context holds few summaries, since they are condensed as they accumulate.
+        """
+        columns = ", ".join("m." + column.strip() for column in MESSAGE_COLUMNS.split(","))
+        placed: list[tuple[int, StoredMessage | SummaryRecord]] = [
+            (int(row[0]), stored_message(row[1:]))
+            for row in self._select(
+                f"SELECT c.position, {columns} FROM context_items c JOIN messages m"
+                " ON m.id = c.ref_id AND m.conversation_id = c.conversation_id"
+                " WHERE c.conversation_id = ? AND c.kind = 'message'",
+                (conversation_id,),
+            )
+        ]
+        for position, summary_id in self._select(
+            "SELECT position, ref_id FROM context_items WHERE conversation_id = ?"
+            " AND kind = 'summary'",
+            (conversation_id,),
+        ):
+            record = self.get_summary(conversation_id, summary_id)
+            if record is not None:
+                placed.append((int(position), record))
+        placed.sort(key=lambda entry: entry[0])
+        return [item for _, item in placed]
 
     def message_count(self, conversation_id: str) -> int:
         rows = self._select(

@@ -63,6 +63,7 @@ from contextengine.store.postgres_search import (
 )
 from contextengine.store.protocol import (
     ContextRef,
+    ContextSplice,
     ConversationInfo,
     LargeContent,
     NewSummary,
@@ -260,11 +261,14 @@ class PostgresStore(_common.StoreBase):
         *,
         token_counts: Sequence[int] | None = None,
         start_seq: int | None = None,
+        to_context: bool = False,
     ) -> list[StoredMessage]:
         """Store messages not yet stored; return only the newly stored ones.
 
         Called by the engine on every turn; safe from many processes at once
         (see the module docstring). Identity rule: :mod:`contextengine.store.sqlite`.
+        ``to_context`` appends the new messages to the active context in the
+        same transaction.
         """
         encoded, hashes = _common.encode_batch(messages, token_counts)
         # Token counting can be slow (exact tokenizer): do it before taking the row lock.
@@ -317,7 +321,10 @@ class PostgresStore(_common.StoreBase):
                     "UPDATE conversations SET updated_at = %s WHERE id = %s",
                     (now, conversation_id),
                 )
-        return [m for _, m in new]
+            stored = [m for _, m in new]
+            if to_context:
+                self._append_to_context(conn, conversation_id, stored)
+        return stored
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -396,18 +403,9 @@ class PostgresStore(_common.StoreBase):
                 self._check_refs(
                     conn, conversation_id, kind, [i.id for i in items if i.kind == kind]
                 )
-            row = conn.execute(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM context_items"
-                " WHERE conversation_id = %s",
-                (conversation_id,),
-            ).fetchone()
-            start = int(row[0]) if row else 0
-            if items:
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO context_items VALUES (%s, %s, %s, %s)",
-                        [(conversation_id, start + n, i.kind, i.id) for n, i in enumerate(items)],
-                    )
+            self._insert_context(
+                conn, conversation_id, self._context_end(conn, conversation_id), items
+            )
             conn.execute(
                 "UPDATE conversations SET updated_at = %s WHERE id = %s",
                 (self._clock(), conversation_id),
@@ -417,15 +415,16 @@ class PostgresStore(_common.StoreBase):
         self,
         conversation_id: str,
         summaries: Sequence[NewSummary],
-        new_context: Sequence[ContextRef] | None,
+        new_context: Sequence[ContextRef] | ContextSplice | None,
     ) -> list[SummaryRecord]:
-        """Write summaries with their edges, and replace the active context, in one transaction.
+        """Write summaries with their edges, and change the active context, in one transaction.
 
         Called by the engine once per compaction step. Holds the conversation's
         compaction commit lock (``pg_advisory_xact_lock``) for the transaction:
         commits of one conversation never interleave, and nothing is visible
-        until the whole step commits. ``new_context`` may name the new
-        summaries as ``"new:0"``, ``"new:1"``...
+        until the whole step commits. ``new_context`` (the whole context, or a
+        :class:`ContextSplice` of one run) may name the new summaries as
+        ``"new:0"``, ``"new:1"``...
         """
         now = self._clock()
         records: list[SummaryRecord] = []
@@ -474,7 +473,9 @@ class PostgresStore(_common.StoreBase):
                 records.append(
                     _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
                 )
-            if new_context is not None:
+            if isinstance(new_context, ContextSplice):
+                self._splice_context(conn, conversation_id, new_context, written)
+            elif new_context is not None:
                 resolved = _common.resolve_context(new_context, written)
                 self._write_context(conn, conversation_id, resolved)
             conn.execute(

@@ -18,7 +18,10 @@ every store (``SQLiteStore``, ``PostgresStore``, a third-party one) keeps:
   (:meth:`Store.commit_compaction`), so a crash never leaves half a summary
   visible.
 * **The active context** is an ordered list of references to messages and
-  summaries: what the engine assembles the model's view from.
+  summaries: what the engine assembles the model's view from. Only its order
+  is meaningful: positions may have gaps, since a compaction step replaces a
+  run of items in place (:class:`ContextSplice`) without renumbering the rest.
+  A message or summary appears in it at most once.
 * **Large contents** (huge tool results) are stored once, by id, outside the
   view.
 * **Deletion** happens only through retention (``delete_conversation``,
@@ -33,6 +36,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "ContextRef",
+    "ContextSplice",
     "ConversationInfo",
     "LargeContent",
     "NewSummary",
@@ -52,6 +56,26 @@ class ContextRef:
 
     kind: ItemKind
     id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextSplice:
+    """One compaction step's change to the active context: a contiguous run replaced in place.
+
+    The run starts at the item ``first_id`` and ends at ``last_id`` (both
+    included) and holds exactly ``count`` items; ``replacement`` (at most
+    ``count`` references, usually the one new summary as ``"new:0"``) takes
+    its place. Items before and after the run are not read or rewritten, so a
+    step costs what it replaces, not the length of the context. If the run is
+    not there as described (another writer changed the context first), the
+    store raises :class:`~contextengine.errors.StoreConflictError` and writes
+    nothing.
+    """
+
+    first_id: str
+    last_id: str
+    count: int
+    replacement: Sequence[ContextRef]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,13 +199,17 @@ class Store(Protocol):
         *,
         token_counts: Sequence[int] | None = None,
         start_seq: int | None = None,
+        to_context: bool = False,
     ) -> list[StoredMessage]:
         """Store messages not yet stored; return only the newly stored ones.
 
         ``start_seq`` is the position of ``messages[0]`` in the conversation
         when the caller knows it (the host's full history): the identity key of
         a message without a provider id is then derived from that position, so
-        storing the same prefix twice is a no-op.
+        storing the same prefix twice is a no-op. With ``to_context`` the newly
+        stored messages are also appended to the active context in the same
+        transaction (all but a system prompt stored at seq 0, which the engine
+        keeps outside the context): one commit per turn instead of two.
         """
         ...
 
@@ -203,6 +231,14 @@ class Store(Protocol):
 
     def get_context(self, conversation_id: str) -> list[ContextRef]: ...
 
+    def load_context(self, conversation_id: str) -> list[StoredMessage | SummaryRecord]:
+        """The active context with every reference resolved, in order, in a few queries.
+
+        What an engine reads when it opens or resumes a conversation; a
+        reference to a row that no longer exists is skipped.
+        """
+        ...
+
     def replace_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None: ...
 
     def append_context(self, conversation_id: str, items: Sequence[ContextRef]) -> None:
@@ -213,13 +249,16 @@ class Store(Protocol):
         self,
         conversation_id: str,
         summaries: Sequence[NewSummary],
-        new_context: Sequence[ContextRef] | None,
+        new_context: Sequence[ContextRef] | ContextSplice | None,
     ) -> list[SummaryRecord]:
-        """Write summaries with their edges, and replace the active context, atomically.
+        """Write summaries with their edges, and change the active context, atomically.
 
-        ``new_context`` may reference the new summaries by the placeholder ids
-        ``"new:0"``, ``"new:1"``... (their position in ``summaries``), since
-        their real ids are only known once written.
+        ``new_context`` is the whole new active context, or a
+        :class:`ContextSplice` replacing one run of it in place (what the
+        lossless engine sends: the cost is the run's, not the context's), or
+        None to leave the context alone. Either may reference the new summaries
+        by the placeholder ids ``"new:0"``, ``"new:1"``... (their position in
+        ``summaries``), since their real ids are only known once written.
         """
         ...
 

@@ -69,6 +69,7 @@ from contextengine.store.ids import (
 from contextengine.store.migrations import load_migrations
 from contextengine.store.protocol import (
     ContextRef,
+    ContextSplice,
     ConversationInfo,
     LargeContent,
     NewSummary,
@@ -222,11 +223,13 @@ class SQLiteStore(_common.StoreBase):
         *,
         token_counts: Sequence[int] | None = None,
         start_seq: int | None = None,
+        to_context: bool = False,
     ) -> list[StoredMessage]:
         """Store messages not yet stored; return only the newly stored ones.
 
         Called by the engine on every turn and before assembling a view. The
-        identity rule is in the module docstring.
+        identity rule is in the module docstring; ``to_context`` appends the
+        new messages to the active context in the same transaction.
         """
         encoded, hashes = _common.encode_batch(messages, token_counts)
         token = self._search_token(conversation_id)
@@ -274,7 +277,10 @@ class SQLiteStore(_common.StoreBase):
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
                 )
-        return [m for _, m in new]
+            stored = [m for _, m in new]
+            if to_context:
+                self._append_to_context(db, conversation_id, stored)
+        return stored
 
     @staticmethod
     def _last_text(db: sqlite3.Connection, conversation_id: str, count: int) -> str:
@@ -363,15 +369,7 @@ class SQLiteStore(_common.StoreBase):
         with self._write() as db:
             for kind in ("message", "summary"):
                 self._check_refs(db, conversation_id, kind, [i.id for i in items if i.kind == kind])
-            (start,) = db.execute(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM context_items"
-                " WHERE conversation_id = ?",
-                (conversation_id,),
-            ).fetchone()
-            db.executemany(
-                "INSERT INTO context_items VALUES (?, ?, ?, ?)",
-                [(conversation_id, start + n, item.kind, item.id) for n, item in enumerate(items)],
-            )
+            self._insert_context(db, conversation_id, self._context_end(db, conversation_id), items)
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?",
                 (self._clock(), conversation_id),
@@ -381,12 +379,13 @@ class SQLiteStore(_common.StoreBase):
         self,
         conversation_id: str,
         summaries: Sequence[NewSummary],
-        new_context: Sequence[ContextRef] | None,
+        new_context: Sequence[ContextRef] | ContextSplice | None,
     ) -> list[SummaryRecord]:
-        """Write summaries with their edges, and replace the active context, in one transaction.
+        """Write summaries with their edges, and change the active context, in one transaction.
 
-        Called by the engine once per compaction step. ``new_context`` may name
-        the new summaries as ``"new:0"``, ``"new:1"``...
+        Called by the engine once per compaction step. ``new_context`` (the
+        whole context, or a :class:`ContextSplice` of one run) may name the new
+        summaries as ``"new:0"``, ``"new:1"``...
         """
         token = self._search_token(conversation_id)
         now = self._clock()
@@ -435,7 +434,9 @@ class SQLiteStore(_common.StoreBase):
                 records.append(
                     _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
                 )
-            if new_context is not None:
+            if isinstance(new_context, ContextSplice):
+                self._splice_context(db, conversation_id, new_context, written)
+            elif new_context is not None:
                 self._write_context(
                     db, conversation_id, _common.resolve_context(new_context, written)
                 )
