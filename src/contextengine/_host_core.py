@@ -107,15 +107,21 @@ class _Prefix:
         ):
             self.reset()
 
-    def extend(self, messages: Sequence[Message]) -> int:
-        """Account for the messages appended since; returns the rough estimate of all."""
+    def extend(self, messages: Sequence[Message], *, estimate: bool = True) -> int:
+        """Account for the messages appended since; returns the rough estimate of all.
+
+        With ``estimate=False`` only the identity of the prefix is tracked (the
+        rough estimate is not kept up to date): for lists that are validated
+        incrementally but never estimated, such as an engine's views.
+        """
         self.sync(messages)
         total = len(messages)
         if total > self.count:
-            rough = self.rough
-            for msg in messages[self.count :]:
-                rough += _rough_one(msg)
-            self.rough = rough
+            if estimate:
+                rough = self.rough
+                for msg in messages[self.count :]:
+                    rough += _rough_one(msg)
+                self.rough = rough
             self.count = total
             self.first = messages[0]
             self.last = messages[-1]
@@ -171,6 +177,9 @@ class _HostCore:
         self.compactions = 0
         self._history: list[Message] = []
         self._prefix = _Prefix()
+        # The last view select_context returned, validated: an engine that extends
+        # its view between requests (lcm) gets only the appended messages checked.
+        self._view_prefix = _Prefix()
         self._turn_passes = 0
         self._turn_notes: set[str] = set()
         self._rough_at_response = 0
@@ -209,6 +218,7 @@ class _HostCore:
     def forget_cache(self) -> None:
         """Drop the per-prefix estimates: call after editing old history messages in place."""
         self._prefix.reset()
+        self._view_prefix.reset()
 
     def _emit(self, event: Event) -> None:
         notify(self.observers, event)
@@ -533,15 +543,37 @@ class _HostCore:
             problem = f"returned {type(selected).__name__}, not a list"
         elif not selected:
             problem = "returned an empty list"
-        elif not all(isinstance(m, dict) for m in selected):
-            problem = "returned a list holding non-dict items"
         else:
             try:
-                return _checked(selected)
+                return self._checked_view(selected)
             except Exception as exc:
                 problem = f"returned invalid messages ({_describe(exc)})"
         self._warn("select_context_failed", f"select_context {problem}; sending the full context.")
         return self._clean_request(history)
+
+    def _checked_view(self, view: list[Message]) -> list[Message]:
+        """Sanitise and validate an engine's view, only past the part already checked.
+
+        Only the part the engine says it reused from its previous view
+        (:attr:`ContextEngine.last_view_reused`), and which the host itself
+        checked then (recognised as the history is: the same objects at the
+        first, middle and last place of that prefix), is skipped: an engine
+        that grows its view by appending costs what was appended. Any other
+        view is checked whole.
+        """
+        prefix = self._view_prefix
+        prefix.sync(view)
+        reused = getattr(self.engine, "last_view_reused", 0)
+        reused = reused if isinstance(reused, int) and reused > 0 else 0
+        start = min(reused, prefix.clean, len(view)) if prefix.count else 0
+        tail = view[start:]
+        cleaned = _checked(tail)
+        if _same_messages(cleaned, tail):
+            prefix.extend(view, estimate=False)
+            prefix.clean = len(view)
+            return view
+        prefix.reset()
+        return view[:start] + cleaned
 
     def _clean_request(self, history: list[Message]) -> list[Message]:
         """Sanitise and validate the history for sending, only past the known-clean prefix."""

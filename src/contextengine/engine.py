@@ -87,6 +87,12 @@ class ContextEngine(ABC):
     #: Optional report of the last compress call, read by hosts for their events:
     #: any object or mapping with ``summarizer_calls`` and ``fallback_used``.
     last_compression: Any = None
+    #: Set by :meth:`select_context` when the view it returned starts with the
+    #: previous view it returned: how many leading messages are those, unchanged
+    #: (the same objects). The host then sanitises and validates only the rest,
+    #: so an engine that grows its view by appending costs what was appended.
+    #: 0 (the default) means "check it all".
+    last_view_reused: int = 0
     # The threshold_percent configured before any per-model override applied;
     # snapshotted on the first update_model so that switching back restores it.
     _configured_threshold_percent: float | None = None

@@ -428,19 +428,18 @@ class StoreBase(abc.ABC):
                 [(conversation_id, start + n, item.kind, item.id) for n, item in enumerate(items)],
             )
 
-    def _splice_context(
-        self, conn: Any, conversation_id: str, splice: ContextSplice, written: Sequence[str]
-    ) -> None:
-        """Apply a :class:`ContextSplice` inside a compaction's transaction, in O(run length).
+    def _locate_splice(
+        self, conn: Any, conversation_id: str, splice: ContextSplice
+    ) -> tuple[int, int]:
+        """The positions of a :class:`ContextSplice`'s run, checked before anything is written.
 
-        The replacement takes the first positions of the run; the items after
-        it keep theirs (positions only order the context, gaps are allowed).
+        Raises :class:`StoreConflictError` when the run is not in the active
+        context as described (another writer changed it first).
         """
-        replacement = resolve_context(splice.replacement, written)
-        if splice.count < 1 or len(replacement) > splice.count:
+        if splice.count < 1 or len(splice.replacement) > splice.count:
             raise StoreError(
-                f"a context splice replaces {splice.count} item(s) with {len(replacement)}:"
-                " it may only shrink a run of at least one item"
+                f"a context splice replaces {splice.count} item(s) with"
+                f" {len(splice.replacement)}: it may only shrink a run of at least one item"
             )
         mark = self.MARK
         found = dict(
@@ -459,23 +458,48 @@ class StoreBase(abc.ABC):
                 (conversation_id, first, last),
             ).fetchone()
             span = int(row[0])
-        if span != splice.count:
+        if span != splice.count or first is None or last is None:
             raise StoreConflictError(
                 f"conversation {conversation_id!r}: the active context no longer holds the"
                 f" {splice.count} item(s) from {splice.first_id} to {splice.last_id}"
                 " (another writer changed it); reload it and compact again"
             )
+        return int(first), int(last)
+
+    def _apply_splice(
+        self,
+        conn: Any,
+        conversation_id: str,
+        splice: ContextSplice,
+        run: tuple[int, int],
+        written: Sequence[str],
+    ) -> None:
+        """Replace the run located at positions ``run`` in O(run length), in the same transaction.
+
+        The replacement takes the first positions of the run; the items after
+        it keep theirs (positions only order the context, gaps are allowed).
+        """
+        replacement = resolve_context(splice.replacement, written)
         for kind in ("message", "summary"):
             self._check_refs(
                 conn, conversation_id, kind, [i.id for i in replacement if i.kind == kind]
             )
+        mark = self.MARK
         conn.execute(
             f"DELETE FROM context_items WHERE conversation_id = {mark}"
             f" AND position >= {mark} AND position <= {mark}",
-            (conversation_id, first, last),
+            (conversation_id, *run),
         )
-        assert first is not None  # the count check above found the run
-        self._insert_context(conn, conversation_id, int(first), replacement)
+        self._insert_context(conn, conversation_id, run[0], replacement)
+
+    def _summary_exists(self, conn: Any, conversation_id: str, summary_id: str) -> bool:
+        """Whether a summary with this id is stored: ids derive from conversation, sources and
+        text, so it is this very summary (two workers, or a retried step, wrote it)."""
+        row = conn.execute(
+            "SELECT 1 FROM summaries WHERE id = ? AND conversation_id = ?".replace("?", self.MARK),
+            (summary_id, conversation_id),
+        ).fetchone()
+        return row is not None
 
     def _append_to_context(
         self, conn: Any, conversation_id: str, stored: Sequence[StoredMessage]
@@ -578,6 +602,9 @@ class StoreBase(abc.ABC):
         if stored is None:  # pragma: no cover - the row was just written in this conversation
             raise StoreError(f"large content {content_id} vanished after it was written")
         return stored
+
+    def sync(self) -> None:  # noqa: B027 - a store whose commits are durable needs nothing
+        """Make committed writes durable; nothing to do where every commit already is."""
 
     def delete_conversation(self, conversation_id: str) -> None:
         """Delete a conversation with all its rows and index entries (retention only)."""

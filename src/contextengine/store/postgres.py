@@ -432,12 +432,23 @@ class PostgresStore(_common.StoreBase):
             key = _lock_key("commit", self.schema, conversation_id)
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
             self._require_conversation(conn, conversation_id)
+            splice_at = (
+                self._locate_splice(conn, conversation_id, new_context)
+                if isinstance(new_context, ContextSplice)
+                else (0, 0)
+            )
             written: list[str] = []
             for summary in summaries:
                 source_kind = _common.source_kind(summary)
                 sources = _common.resolve_sources(summary, written)
                 self._check_refs(conn, conversation_id, source_kind, sources)
                 summary_id = summary_id_for(conversation_id, summary.kind, sources, summary.content)
+                records.append(
+                    _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
+                )
+                written.append(summary_id)
+                if self._summary_exists(conn, conversation_id, summary_id):
+                    continue
                 content, escaped = _to_pg_text(summary.content)
                 conn.execute(
                     f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body) VALUES"
@@ -469,12 +480,8 @@ class PostgresStore(_common.StoreBase):
                                 for pos, source in enumerate(sources)
                             ],
                         )
-                written.append(summary_id)
-                records.append(
-                    _common.new_summary_record(conversation_id, summary_id, summary, sources, now)
-                )
             if isinstance(new_context, ContextSplice):
-                self._splice_context(conn, conversation_id, new_context, written)
+                self._apply_splice(conn, conversation_id, new_context, splice_at, written)
             elif new_context is not None:
                 resolved = _common.resolve_context(new_context, written)
                 self._write_context(conn, conversation_id, resolved)

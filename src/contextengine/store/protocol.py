@@ -291,6 +291,14 @@ class Store(Protocol):
         """Delete whole conversations (oldest updated first); return how many."""
         ...
 
+    def sync(self) -> None:
+        """Make every committed write durable against a power cut or OS crash.
+
+        Called by the lossless engine at the end of every turn and session. A
+        store whose commits are already durable (PostgreSQL) does nothing.
+        """
+        ...
+
     def vacuum(self) -> None: ...
 
     def stats(self) -> dict[str, Any]: ...

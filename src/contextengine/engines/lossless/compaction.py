@@ -20,9 +20,16 @@ summary that points at them (and several summaries with one of the next depth):
   persisted, because truncating would hide a configuration problem.
 * **Bounds.** At most ``max_passes`` summaries per compaction and a wall-clock
   deadline (checked before every summariser call, with an injectable clock).
-* **Atomicity.** Every summary is written with its edges and the new active
-  context in one :meth:`Store.commit_compaction` call, so a crash leaves
+* **Atomicity.** Every summary is written with its edges and its change to
+  the active context (a :class:`~contextengine.store.ContextSplice` of the run
+  it replaces) in one :meth:`Store.commit_compaction` call, so a crash leaves
   either the old context or the new one.
+* **Cost.** The fresh tail is found once; then the context is walked once
+  from the oldest item (:class:`_Plan`), so a step reads and writes the
+  messages it summarises and the summaries it condenses, never the whole
+  conversation. Another writer that changed the context first makes the
+  store refuse the splice (:class:`~contextengine.errors.StoreConflictError`):
+  the compaction stops there and the engine reloads the context.
 
 Each summary's text ends with the ids it covers, so the model knows what to
 hand to ``lcm_expand``.
@@ -37,13 +44,20 @@ from typing import Any, Literal
 
 from contextengine.engines.lossless.assemble import (
     ContextItem,
+    Group,
     TailSplit,
     group_bounds,
     summary_entry_tokens,
 )
-from contextengine.errors import SummarizerAuthError
+from contextengine.errors import StoreConflictError, SummarizerAuthError
 from contextengine.redact import redact_messages
-from contextengine.store.protocol import ContextRef, NewSummary, Store, SummaryRecord
+from contextengine.store.protocol import (
+    ContextRef,
+    ContextSplice,
+    NewSummary,
+    Store,
+    SummaryRecord,
+)
 from contextengine.summarizers import Summarizer, SummaryRequest
 from contextengine.summary_prompt import (
     bound_text,
@@ -103,7 +117,8 @@ class CompactionOutcome:
     written: list[SummaryRecord] = field(default_factory=list)
     summarizer_calls: int = 0
     fallback_used: bool = False
-    #: Why the compaction stopped early: "auth: ...", "deadline", "max_passes", or None.
+    #: Why the compaction stopped early: "auth: ...", "conflict: ...", "deadline",
+    #: "max_passes", or None.
     stopped: str | None = None
 
     @property
@@ -231,29 +246,6 @@ class _Ladder:
         return body.strip() or "(empty)", True
 
 
-def _oldest_chunk(
-    items: Sequence[ContextItem], split: TailSplit, chunk_tokens: int
-) -> tuple[int, int] | None:
-    start: int | None = None
-    end = 0
-    used = 0
-    for group in group_bounds(items):
-        eligible = (
-            group.raw
-            and group.start < split.tail_start
-            and not (split.pinned is not None and group.start <= split.pinned < group.end)
-        )
-        cost = sum(item.tokens for item in items[group.start : group.end])
-        if start is None:
-            if eligible:
-                start, end, used = group.start, group.end, cost
-            continue
-        if not eligible or used + cost > chunk_tokens:
-            break
-        end, used = group.end, used + cost
-    return None if start is None else (start, end)
-
-
 def _condensable_run(
     items: Sequence[ContextItem], fanin: int, over_share: bool
 ) -> tuple[int, int] | None:
@@ -297,22 +289,83 @@ def _summary_item(record: SummaryRecord, model: str | None) -> ContextItem:
     )
 
 
-def _commit(
-    store: Store,
-    conversation_id: str,
-    items: list[ContextItem],
-    span: tuple[int, int],
-    summary: NewSummary,
-    model: str | None,
-) -> tuple[list[ContextItem], SummaryRecord]:
-    start, end = span
-    refs = [item.ref for item in items[:start]]
-    refs.append(ContextRef(kind="summary", id="new:0"))
-    refs.extend(item.ref for item in items[end:])
-    record = store.commit_compaction(conversation_id, [summary], refs)[0]
-    if not record.source_ids:
-        record = replace(record, source_ids=tuple(summary.source_ids))
-    return [*items[:start], _summary_item(record, model), *items[end:]], record
+class _Plan:
+    """The active context during one compaction, walked once from the oldest item.
+
+    The context is always ``settled + head[cursor:] + tail``: ``settled`` is
+    what the compaction has finished with (summaries, and raw items it must
+    keep such as the pinned user message), ``head`` the items before the fresh
+    tail not visited yet, ``tail`` the fresh tail (never touched). Each step
+    either condenses a run inside ``settled`` (small: summaries condense as
+    they accumulate) or turns the next chunk of ``head`` into a leaf, so a
+    step costs what it summarises, not the length of the context.
+    """
+
+    def __init__(self, items: list[ContextItem], split: TailSplit) -> None:
+        self.head = items[: split.tail_start]
+        self.tail = items[split.tail_start :]
+        self.groups = group_bounds(self.head)
+        self.pinned = split.pinned
+        self.next_group = 0
+        self.settled: list[ContextItem] = []
+        self.summary_tokens = sum(item.tokens for item in items if item.kind == "summary")
+
+    def items(self) -> list[ContextItem]:
+        """The whole context as it stands."""
+        rest = self.groups[self.next_group].start if self.next_group < len(self.groups) else None
+        pending = self.head[rest:] if rest is not None else []
+        return [*self.settled, *pending, *self.tail]
+
+    def _eligible(self, group: Group) -> bool:
+        pinned = self.pinned
+        return group.raw and not (pinned is not None and group.start <= pinned < group.end)
+
+    def settle_ineligible(self) -> None:
+        """Move the groups at the cursor that are not to be summarised into ``settled``."""
+        while self.next_group < len(self.groups) and not self._eligible(
+            self.groups[self.next_group]
+        ):
+            group = self.groups[self.next_group]
+            self.settled.extend(self.head[group.start : group.end])
+            self.next_group += 1
+
+    def next_chunk(self, chunk_tokens: int) -> tuple[int, int] | None:
+        """Groups ``[first, end)`` of the next leaf: eligible groups up to ``chunk_tokens``."""
+        first = self.next_group
+        if first >= len(self.groups) or not self._eligible(self.groups[first]):
+            return None
+        used = 0
+        end = first
+        while end < len(self.groups) and self._eligible(self.groups[end]):
+            group = self.groups[end]
+            cost = sum(item.tokens for item in self.head[group.start : group.end])
+            if end > first and used + cost > chunk_tokens:
+                break
+            used += cost
+            end += 1
+        return first, end
+
+    def chunk_items(self, chunk: tuple[int, int]) -> list[ContextItem]:
+        return self.head[self.groups[chunk[0]].start : self.groups[chunk[1] - 1].end]
+
+    def leaf_done(self, chunk: tuple[int, int], summary: ContextItem) -> None:
+        self.settled.append(summary)
+        self.next_group = chunk[1]
+        self.summary_tokens += summary.tokens
+
+    def condensed(self, run: tuple[int, int], summary: ContextItem) -> None:
+        start, end = run
+        self.summary_tokens += summary.tokens - sum(i.tokens for i in self.settled[start:end])
+        self.settled[start:end] = [summary]
+
+
+def _splice(sources: Sequence[ContextItem]) -> ContextSplice:
+    return ContextSplice(
+        first_id=sources[0].id,
+        last_id=sources[-1].id,
+        count=len(sources),
+        replacement=[ContextRef(kind="summary", id="new:0")],
+    )
 
 
 def run_compaction(
@@ -326,13 +379,17 @@ def run_compaction(
 ) -> CompactionOutcome:
     """Summarise everything outside the fresh tail, condensing as summaries accumulate.
 
-    ``split_of`` computes the fresh tail of a context (it moves as items are
-    replaced). Returns the new context; the store already holds it.
+    ``split_of`` computes the fresh tail of a context; it is computed once, at
+    the start (replacing older items by summaries does not move it). Each
+    summary is committed with a :class:`~contextengine.store.ContextSplice` of
+    the run it replaces. Returns the new context; the store already holds it.
     """
     deadline = _Deadline(settings)
     ladder = _Ladder(summarizer, settings, deadline)
+    plan = _Plan(list(items), split_of(list(items)))
     outcome = CompactionOutcome(items=list(items))
     model = settings.model
+    fanin = max(2, settings.condense_fanin)
     passes = 0
     while True:
         if passes >= settings.max_passes:
@@ -341,32 +398,40 @@ def run_compaction(
         if deadline.passed():
             outcome.stopped = "deadline"
             break
-        current = outcome.items
-        summary_tokens = sum(item.tokens for item in current if item.kind == "summary")
-        over_share = 0 < settings.summary_share_tokens < summary_tokens
-        run = _condensable_run(current, max(2, settings.condense_fanin), over_share)
-        chunk = (
-            None if run else _oldest_chunk(current, split_of(current), settings.leaf_chunk_tokens)
-        )
+        plan.settle_ineligible()
+        over_share = 0 < settings.summary_share_tokens < plan.summary_tokens
+        run = _condensable_run(plan.settled, fanin, over_share)
+        chunk = None if run else plan.next_chunk(settings.leaf_chunk_tokens)
         if run is None and chunk is None:
             break
+        if run is not None:
+            sources = plan.settled[run[0] : run[1]]
+        else:
+            assert chunk is not None
+            sources = plan.chunk_items(chunk)
         try:
-            if run is not None:
-                new = _condensed(ladder, current[run[0] : run[1]], settings)
-                span = run
-            else:
-                assert chunk is not None
-                new = _leaf(ladder, current[chunk[0] : chunk[1]], settings)
-                span = chunk
+            new = _condensed(ladder, sources, settings) if run else _leaf(ladder, sources, settings)
+            record = store.commit_compaction(conversation_id, [new], _splice(sources))[0]
         except SummarizerAuthError as exc:
             outcome.stopped = f"auth: {exc}"
             break
+        except StoreConflictError as exc:
+            outcome.stopped = f"conflict: {exc}"
+            break
         finally:
             outcome.summarizer_calls = ladder.calls
-        outcome.items, record = _commit(store, conversation_id, current, span, new, model)
+        if not record.source_ids:
+            record = replace(record, source_ids=tuple(new.source_ids))
+        summary = _summary_item(record, model)
+        if run is not None:
+            plan.condensed(run, summary)
+        else:
+            assert chunk is not None
+            plan.leaf_done(chunk, summary)
         outcome.written.append(record)
         outcome.fallback_used = outcome.fallback_used or new.fallback
         passes += 1
+    outcome.items = plan.items()
     return outcome
 
 

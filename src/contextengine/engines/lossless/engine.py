@@ -39,12 +39,9 @@ from typing import Any
 
 from contextengine.engine import ContextEngine, sanitize_memory_context
 from contextengine.engines.lossless.assemble import (
-    REFERENCE_CLOSE,
-    REFERENCE_OPEN,
     ContextItem,
     TailSplit,
     View,
-    assemble_view,
     fresh_tail,
     is_reference_message,
     summary_entry_tokens,
@@ -59,8 +56,9 @@ from contextengine.engines.lossless.large_content import (
     reference_message,
 )
 from contextengine.engines.lossless.tools import ToolContext, call_tool, tool_schemas
+from contextengine.engines.lossless.view import ActiveContext, IncrementalView
 from contextengine.store import default_store_path, open_store
-from contextengine.store.protocol import ContextRef, Store, StoredMessage
+from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
 from contextengine.summary_prompt import content_text
 from contextengine.tokens import message_tokens
@@ -183,13 +181,14 @@ class LosslessEngine(ContextEngine):
 
     def _reset_conversation_state(self) -> None:
         self._conversation_id: str | None = None
-        self._items: list[ContextItem] = []
+        self._context = ActiveContext()
+        self._view = IncrementalView()
         self._system: Message | None = None
         self._stored_system = False
         self._next_seq = 0
-        self._host_len = 0
-        self._host_last: Message | None = None
-        self._host_last_fp = ""
+        # Histories the host may hand over next, as (length, last message): the
+        # last one seen, and the view compress returned (a host adopts it).
+        self._known: list[tuple[int, Message]] = []
         self._ahead: list[str] = []
         self._fp_index: dict[str, list[int]] | None = None
         self._large: dict[str, str] = {}
@@ -212,14 +211,12 @@ class LosslessEngine(ContextEngine):
         return conversation_id
 
     def _load_context(self) -> None:
-        """Mirror the stored active context in memory."""
+        """Mirror the stored active context in memory (a few queries, whatever its length)."""
         assert self._conversation_id is not None
-        items: list[ContextItem] = []
-        for ref in self._store.get_context(self._conversation_id):
-            item = self._load_item(ref)
-            if item is not None:
-                items.append(item)
-        self._items = items
+        self._context.reset(
+            self._summary_item(row) if isinstance(row, SummaryRecord) else self._message_item(row)
+            for row in self._store.load_context(self._conversation_id)
+        )
 
     def _ensure_conversation(self) -> str:
         if self._conversation_id is None:
@@ -228,25 +225,18 @@ class LosslessEngine(ContextEngine):
             return self._open(key)
         return self._conversation_id
 
-    def _load_item(self, ref: ContextRef) -> ContextItem | None:
-        assert self._conversation_id is not None
-        if ref.kind == "summary":
-            record = self._store.get_summary(self._conversation_id, ref.id)
-            if record is None:
-                return None
-            return ContextItem(
-                kind="summary",
-                id=record.id,
-                tokens=summary_entry_tokens(record, self.model or None),
-                role="summary",
-                seq_start=record.seq_start,
-                seq_end=record.seq_end,
-                time_start=record.time_start,
-                time_end=record.time_end,
-                summary=record,
-            )
-        stored = self._store.get_message(self._conversation_id, ref.id)
-        return None if stored is None else self._message_item(stored, new=False)
+    def _summary_item(self, record: SummaryRecord) -> ContextItem:
+        return ContextItem(
+            kind="summary",
+            id=record.id,
+            tokens=summary_entry_tokens(record, self.model or None),
+            role="summary",
+            seq_start=record.seq_start,
+            seq_end=record.seq_end,
+            time_start=record.time_start,
+            time_end=record.time_end,
+            summary=record,
+        )
 
     def _large_content_id(self, stored: StoredMessage, *, new: bool) -> str | None:
         """The large-content id of a huge tool result, storing the content the first time."""
@@ -269,7 +259,7 @@ class LosslessEngine(ContextEngine):
         self._large[stored.id] = large.id
         return large.id
 
-    def _message_item(self, stored: StoredMessage, *, new: bool) -> ContextItem:
+    def _message_item(self, stored: StoredMessage, *, new: bool = False) -> ContextItem:
         view_message = stored.message
         tokens = stored.token_count
         large = self._large_content_id(stored, new=new)
@@ -304,8 +294,12 @@ class LosslessEngine(ContextEngine):
 
         Matches the history in order against the stored messages, so a full
         history (resume) and a view handed back as history both work; what
-        matches nothing is new.
+        matches nothing is new. The index of stored fingerprints is built on
+        the first use (one read of the conversation, on a resume) and kept up
+        to date after; a conversation with nothing stored needs none.
         """
+        if self._next_seq == 0 and self._fp_index is None:
+            return list(messages)
         index = self._stored_fingerprints()
         floor = 0
         unseen: list[Message] = []
@@ -328,14 +322,11 @@ class LosslessEngine(ContextEngine):
         if system is not None:
             self._system = system
         count = len(messages)
-        fast = 0 < self._host_len <= count and (
-            messages[self._host_len - 1] is self._host_last
-            or _fingerprint(messages[self._host_len - 1]) == self._host_last_fp
-        )
-        fresh = list(messages[self._host_len :]) if fast else self._unseen_slow(messages)
-        self._host_len = count
-        self._host_last = messages[-1]
-        self._host_last_fp = _fingerprint(messages[-1])
+        known = self._known_length(messages)
+        if known == count:
+            return
+        fresh = list(messages[known:]) if known else self._unseen_slow(messages)
+        self._known = [(count, messages[-1])]
         new: list[Message] = []
         for message in fresh:
             if not isinstance(message, dict):
@@ -351,14 +342,34 @@ class LosslessEngine(ContextEngine):
             new.append(message)
         self._store_new(new)
 
+    def _known_length(self, messages: Sequence[Message]) -> int:
+        """How many leading messages are a history seen before (0: none recognised).
+
+        A history is recognised, grown, by the identity of its last known
+        message (or, for a copied history, its content): the work of an ingest
+        then grows with the appended messages only. Anything else takes the
+        slow path, which matches the history against what is stored.
+        """
+        for length, last in self._known:
+            if length <= len(messages):
+                candidate = messages[length - 1]
+                if candidate is last or _fingerprint(candidate) == _fingerprint(last):
+                    return length
+        return 0
+
     def _store_new(self, messages: Sequence[Message]) -> list[StoredMessage]:
         if not messages:
             return []
         assert self._conversation_id is not None
         model = self.model or None
         counts = [message_tokens(message, model) for message in messages]
+        # One transaction stores the messages and appends them to the active context.
         stored = self._store.append_messages(
-            self._conversation_id, list(messages), token_counts=counts, start_seq=self._next_seq
+            self._conversation_id,
+            list(messages),
+            token_counts=counts,
+            start_seq=self._next_seq,
+            to_context=True,
         )
         added: list[ContextItem] = []
         for row in stored:
@@ -369,9 +380,7 @@ class LosslessEngine(ContextEngine):
                 self._stored_system = True
                 continue
             added.append(self._message_item(row, new=True))
-        if added:
-            self._items.extend(added)
-            self._store.append_context(self._conversation_id, [item.ref for item in added])
+        self._context.extend(added)
         return stored
 
     # ------------------------------------------------------------------ the view
@@ -383,35 +392,32 @@ class LosslessEngine(ContextEngine):
         )
 
     def _assemble(self, budget_tokens: int = 0) -> View:
+        """The view within ``budget_tokens`` (the threshold when 0): extended, or rebuilt."""
         budget = budget_tokens if budget_tokens > 0 else self.threshold_tokens
-        view = assemble_view(
+        view = self._view.view(
             system=self._system,
-            items=self._items,
+            context=self._context,
             budget=budget,
-            split=self._split(self._items),
+            split_of=self._split,
             model=self.model or None,
         )
         self._last_view_tokens = view.tokens
+        self.last_view_reused = self._view.reused
         return view
 
     def _compressible(self) -> bool:
-        split = self._split(self._items)
+        items = self._context.items
+        split = self._split(items)
         return any(
             item.kind == "message" and index < split.tail_start and index != split.pinned
-            for index, item in enumerate(self._items)
+            for index, item in enumerate(items)
         )
 
     def _estimate_tokens(self) -> int:
-        """The view's size without rendering it: items, fences of summary runs, system, priming."""
+        """The view's size without rendering it, from the context's running totals."""
         model = self.model or None
         system = message_tokens(self._system, model) if self._system else 0
-        fence = message_tokens({"role": "user", "content": REFERENCE_OPEN + REFERENCE_CLOSE}, model)
-        runs = sum(
-            1
-            for index, item in enumerate(self._items)
-            if item.kind == "summary" and (index == 0 or self._items[index - 1].kind != "summary")
-        )
-        return system + sum(item.tokens for item in self._items) + runs * fence + 3
+        return self._context.estimate_tokens(system, model)
 
     def select_context(
         self,
@@ -437,7 +443,7 @@ class LosslessEngine(ContextEngine):
             self._ensure_conversation()
             if self._store_new([incoming_message]):
                 self._ahead.append(_fingerprint(incoming_message))
-        if not self._items and self._system is None:
+        if not self._context and self._system is None:
             return None
         return self._assemble(budget_tokens).messages
 
@@ -469,7 +475,7 @@ class LosslessEngine(ContextEngine):
         a given ``prompt_tokens`` counts when smaller, since a host that counts
         its full history overestimates what this engine sends.
         """
-        if self.threshold_tokens <= 0 or not self._items:
+        if self.threshold_tokens <= 0 or not self._context:
             return False
         tokens = self._estimate_tokens() + self._overhead
         if prompt_tokens is not None and prompt_tokens >= 0:
@@ -520,7 +526,7 @@ class LosslessEngine(ContextEngine):
             focus_topic=focus_topic,
             memory_context=sanitize_memory_context(memory_context) if memory_context else "",
         )
-        assert self._conversation_id is not None or not self._items
+        assert self._conversation_id is not None or not self._context
         if self._conversation_id is not None:
             # A store shared by several workers (PostgresStore) serialises
             # compactions per conversation; the one that waited re-reads the
@@ -530,28 +536,42 @@ class LosslessEngine(ContextEngine):
             with guard:
                 if callable(lock):
                     self._load_context()
-                outcome = run_compaction(
-                    store=self._store,
-                    conversation_id=self._conversation_id,
-                    items=self._items,
-                    split_of=self._split,
-                    summarizer=self._summarizer,
-                    settings=settings,
-                )
-            self._items = outcome.items
+                try:
+                    outcome = run_compaction(
+                        store=self._store,
+                        conversation_id=self._conversation_id,
+                        items=self._context.items,
+                        split_of=self._split,
+                        summarizer=self._summarizer,
+                        settings=settings,
+                    )
+                except BaseException:
+                    # Steps committed before the failure are in the store: mirror it.
+                    self._load_context()
+                    raise
+            if outcome.stopped and outcome.stopped.startswith("conflict"):
+                self._load_context()  # another writer changed the context: adopt the store's
+            else:
+                self._context.reset(outcome.items)
             self.last_compression = outcome
             if outcome.written:
                 self.compression_count += 1
                 self.last_prompt_tokens = -1
-        return self._assemble().messages
+        view = self._assemble().messages
+        if view:
+            # A host that replaces its history with this view hands it back grown:
+            # recognise it, rather than match it against the whole archive.
+            self._known.append((len(view), view[-1]))
+        return view
 
     # ------------------------------------------------------------------ observation
 
     def on_turn_complete(
         self, messages: list[Message], usage: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        """Observe a finished turn: store the messages not stored yet."""
+        """Observe a finished turn: store the messages not stored yet, and make them durable."""
         self._ingest(messages)
+        self._store.sync()
 
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
         """Open or resume the conversation stored under ``session_id``."""
@@ -560,6 +580,7 @@ class LosslessEngine(ContextEngine):
     def on_session_end(self, session_id: str, messages: list[Message]) -> None:
         """Store what is left of the session; the archive keeps it for later resumption."""
         self._ingest(messages)
+        self._store.sync()
 
     def on_session_reset(self) -> None:
         """Forget the token state and the open conversation; the next hook opens a new one."""
@@ -583,11 +604,10 @@ class LosslessEngine(ContextEngine):
         if isinstance(history, list):
             self._ingest(history)
         conversation_id = self._ensure_conversation()
-        in_view = {item.id for item in self._items}
         context = ToolContext(
             store=self._store,
             conversation_id=conversation_id,
-            in_view=in_view.__contains__,
+            in_view=self._context.__contains__,
             large_content_of=self._large.get,
         )
         return call_tool(name, args, context)
@@ -601,8 +621,8 @@ class LosslessEngine(ContextEngine):
             {
                 "conversation_id": self._conversation_id,
                 "stored_messages": self._next_seq,
-                "context_messages": sum(1 for item in self._items if item.kind == "message"),
-                "context_summaries": sum(1 for item in self._items if item.kind == "summary"),
+                "context_messages": self._context.message_count,
+                "context_summaries": self._context.summary_count,
                 "view_tokens": self._last_view_tokens,
             }
         )
