@@ -469,3 +469,27 @@ def test_load_context_resolves_every_reference_in_order(store: Store) -> None:
         m.message for m in store.get_messages(cid, 3)
     ]
     assert store.load_context(store.open_conversation("empty")) == []
+
+
+def test_sync_is_safe_to_call_on_every_store(store: Store) -> None:
+    cid = store.open_conversation("s")
+    store.append_messages(cid, history(1), start_seq=0)
+    store.sync()
+    store.sync()
+    assert store.message_count(cid) == 3
+
+
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+def test_sqlite_durability_modes_keep_every_commit(tmp_path: Path, synchronous: Any) -> None:
+    path = tmp_path / "a.db"
+    with SQLiteStore(path, synchronous=synchronous) as first:
+        cid = first.open_conversation("s")
+        first.append_messages(cid, history(2), start_seq=0)
+        first.sync()
+    with SQLiteStore(path) as second:
+        assert second.message_count(cid) == 5
+
+
+def test_sqlite_refuses_an_unknown_durability_mode(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="synchronous"):
+        SQLiteStore(tmp_path / "a.db", synchronous="sometimes")  # type: ignore[arg-type]

@@ -98,6 +98,18 @@ _SUMMARY_COLUMNS = (
 )
 
 
+def _fsync(path: str) -> None:
+    """Force a file (or a directory's entries) to disk; a file that does not exist is skipped."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # no write-ahead log yet: nothing was written since the last checkpoint
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class SQLiteStore(_common.StoreBase):
     """The archive in one SQLite file (or ``":memory:"``); implements :class:`Store`.
 
@@ -122,6 +134,7 @@ class SQLiteStore(_common.StoreBase):
             raise StoreError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = str(path)
         self.synchronous = synchronous
+        self._synced_dir = False
         self._clock = clock
         self._count = token_counter or _common.default_token_count
         self._lock = threading.RLock()
@@ -673,17 +686,21 @@ class SQLiteStore(_common.StoreBase):
     def sync(self) -> None:
         """Make every committed write durable against a power cut (see the module docstring).
 
-        Called by the lossless engine at the end of every turn and session. A
-        passive WAL checkpoint: it forces the WAL to disk, then copies it into
-        the database file when no reader is in the way, so the WAL also stays
-        small. Free in memory and with ``synchronous="full"``.
+        Called by the lossless engine at the end of every turn and session.
+        Forces the write-ahead log to disk (one ``fsync``; the directory too,
+        the first time, so the log's name survives as well); copying the log
+        into the database file is left to SQLite's own checkpoints, which are
+        as durable as the log. Free in memory and with ``synchronous="full"``.
         """
         if self.path == ":memory:" or self.synchronous == "full":
             return
         with self._lock:
             try:
-                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
+                _fsync(self.path + "-wal")
+                if not self._synced_dir:
+                    _fsync(str(Path(self.path).resolve().parent))
+                    self._synced_dir = True
+            except OSError as exc:
                 raise StoreError(f"archive {self.path}: sync failed: {exc}") from exc
 
     def vacuum(self) -> None:
