@@ -299,9 +299,9 @@ class _PromptTokens:
         self.previous: list[Message] = []
         self.total = 0
 
-    def of(self, request: Sequence[Message]) -> int:
+    def of(self, request: list[Message]) -> int:
         count = len(self.previous)
-        if len(request) < count or list(request[:count]) != self.previous:
+        if len(request) < count or request[:count] != self.previous:
             self.total, count = 0, 0
         self.total += sum(message_tokens(m, MODEL) for m in request[count:])
         # A copy: the compressor's request can be the history itself, which grows.
@@ -317,8 +317,9 @@ class AgentLoop:
     record_response, append, end_turn when it calls no tool); tool results are
     appended and, once every call of the reply is answered, handed to
     ``after_tool_calls``, whose cost is charged to the next request. Each
-    request's :class:`RequestTiming` goes to :attr:`requests` when
-    ``timed(position)`` says so.
+    request's :class:`RequestTiming` is returned, and kept in :attr:`requests`
+    unless ``feed`` is called with ``timed=False``. :attr:`compaction_events`
+    counts the host's CompactionEvents.
     """
 
     def __init__(

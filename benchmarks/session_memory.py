@@ -17,8 +17,10 @@ child reads ``VmHWM`` (peak RSS so far) and ``VmRSS`` from /proc/self/status;
 at the end ``ru_maxrss``. The baseline
 is read after the imports, the vocabulary and the data are loaded, before
 the first message. Memory grows with the session when the peak at 100k is
-more than 10% above the peak at 10k. Each child has a time budget; a
-checkpoint it does not reach is reported as not reached.
+more than 10% above the peak at 50k; it levels off when it grew before 50k
+only. The token caches' entry counts are reported beside: they are bounded
+by design (50,000 entries or 64M characters each) and fill first. Each child
+has a time budget; a checkpoint it does not reach is reported as not reached.
 
 Run: ``PYTHONPATH=src python benchmarks/session_memory.py [--quick] [--messages 100000]
 [--budget 600]``.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import resource
@@ -41,6 +44,7 @@ from types import ModuleType
 from typing import Any
 
 import contextengine
+from contextengine.tokens import cache_info
 
 __all__ = ["run"]
 
@@ -97,7 +101,6 @@ def child(
     host = _host()
     session = host.load_session_data(data)
     # Load the vocabulary now, so the baseline includes it (a host always has it).
-    host.make_engine("compressor", context_length=CONTEXT)
     contextengine.count_tokens("warm up", host.MODEL)
     baseline = _status_kib()
     samples: dict[int, dict[str, Any]] = {}
@@ -114,8 +117,11 @@ def child(
                 loop.feed(next(stream), timed=False)
                 if wanted and loop.fed == wanted[0]:
                     wanted.pop(0)
+                    caches = cache_info()
                     samples[loop.fed] = {
                         **_status_kib(),
+                        "text_cache_entries": caches.text_entries,
+                        "message_cache_entries": caches.message_entries,
                         "seconds": time.perf_counter() - started,
                         "history": len(loop.history),
                         "archive_bytes": _archive_bytes(directory),
@@ -192,12 +198,31 @@ def _mib(kib: int | None) -> str:
     return "–" if kib is None else f"{kib / 1024:,.0f}"
 
 
+def _growth(reached: list[tuple[int, int]]) -> str:
+    """Whether the peak still grows over the last step, or levelled off before it."""
+    if len(reached) < 2:
+        return "not enough checkpoints reached"
+    steps = [
+        f"{(b - a) / 1024:+,.0f} MiB {ca:,}→{cb:,}"
+        for (ca, a), (cb, b) in itertools.pairwise(reached)
+    ]
+    (_, first), (_, before), (_, last) = reached[0], reached[-2], reached[-1]
+    if (last - before) / before > GROWTH_SHARE:
+        verdict = "yes"
+    elif (before - first) / first > GROWTH_SHARE:
+        verdict = "levels off"
+    else:
+        verdict = "no"
+    return f"{verdict}: " + ", ".join(steps)
+
+
 def _table(results: list[dict[str, Any]], checkpoints: Sequence[int], budget_s: float) -> list[str]:
     head = " | ".join(f"peak RSS at {c:,} MiB" for c in checkpoints)
     lines = [
         f"| engine | baseline RSS MiB | {head} | ru_maxrss MiB | messages replayed"
-        " | wall s | compactions | archive MB | memory grows with the session |",
-        "|---|---:|" + "---:|" * len(checkpoints) + "---:|---:|---:|---:|---:|---|",
+        " | wall s | compactions | archive MB | token cache entries, text / message"
+        " | memory grows with the session |",
+        "|---|---:|" + "---:|" * len(checkpoints) + "---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         samples = r["samples"]
@@ -205,22 +230,19 @@ def _table(results: list[dict[str, Any]], checkpoints: Sequence[int], budget_s: 
         cells = " | ".join(
             _mib(p) if p is not None else f"not reached in {budget_s:.0f} s" for p in peaks
         )
-        reached = [(c, p) for c, p in zip(checkpoints, peaks, strict=True) if p is not None]
-        if len(reached) >= 2:
-            (c0, p0), (c1, p1) = reached[0], reached[-1]
-            grew = (p1 - p0) / p0
-            verdict = (
-                f"{'yes' if grew > GROWTH_SHARE else 'no'}: {(p1 - p0) / 1024:+,.0f} MiB"
-                f" ({grew:+.0%}) from {c0:,} to {c1:,}"
-            )
-        else:
-            verdict = "not enough checkpoints reached"
+        verdict = _growth([(c, p) for c, p in zip(checkpoints, peaks, strict=True) if p])
+        last = samples.get(str(checkpoints[-1]), {})
+        caches = (
+            f"{last['text_cache_entries']:,} / {last['message_cache_entries']:,}"
+            if "text_cache_entries" in last
+            else "–"
+        )
         archive = f"{r['archive_bytes'] / 1e6:,.1f}" if r["archive_bytes"] else "–"
         fed = f"{r['fed']:,}" + (" (budget)" if r["stopped_at"] is not None else "")
         lines.append(
             f"| {r['engine']} | {_mib(r['baseline'].get('VmRSS'))} | {cells} |"
             f" {_mib(r['maxrss_kib'])} | {fed} | {r['seconds']:.0f} | {r['compactions']:,} |"
-            f" {archive} | {verdict} |"
+            f" {archive} | {caches} | {verdict} |"
         )
     return lines
 
