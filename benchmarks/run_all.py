@@ -50,7 +50,14 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
         {"sizes": [100_000, 1_000_000]},
         {"sizes": [10_000]},
     ),
-    ("host", "Host overhead per request", {}, {}),
+    (
+        "host",
+        "Host and engine per request, warm and cold",
+        {"sizes": [100, 1_000, 5_000, 50_000]},
+        {"sizes": [100, 1_000, 5_000]},
+    ),
+    ("compaction", "Compaction: one forced, and the requests that compact", {}, {}),
+    ("session_memory", "Memory of a 100,000-message session", {}, {}),
     ("recall_locomo", "lcm_grep retrieval on LoCoMo", {}, {}),
     ("replay", "Replay and recall on real sessions", {}, {}),
 )
