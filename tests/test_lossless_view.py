@@ -258,3 +258,23 @@ def test_a_host_that_adopts_the_compacted_view_is_recognised_without_reading_the
     assert engine.conversation_id is not None
     assert store.message_count(engine.conversation_id) == len(full)
     store.inner.close()
+
+
+def test_a_view_over_budget_leaves_out_unsummarised_messages_before_summaries(
+    tmp_path: Path,
+) -> None:
+    engine = LosslessEngine(context_length=6_000, store=tmp_path / "a.db", max_passes=3)
+    engine.on_session_start("s")
+    history = chat(300)
+    engine.on_turn_complete(history)
+    view = engine.compress(history, force=True)
+    assert engine.last_compression is not None
+    assert engine.last_compression.stopped == "max_passes"
+    block = view[1]["content"]
+    # The summaries written are all shown; the note about what is left out
+    # comes after them, where the left-out messages stood.
+    for record in engine.last_compression.written:
+        if record.id in engine._context:
+            assert f"[summary {record.id}" in block
+    assert block.index("[summary ") < block.index("[Not shown for space")
+    assert count_message_tokens(view, None) <= engine.threshold_tokens

@@ -17,8 +17,9 @@ is, in order:
 Summaries render from their records only, and new summaries are appended after
 older ones, so between compactions the bytes before the fresh tail do not
 change and the provider's prompt cache keeps hitting. When the view still
-exceeds the budget, the oldest droppable groups are left out and replaced by a
-one-line note saying which sequence range is hidden (it stays searchable).
+exceeds the budget, groups outside the fresh tail are left out (raw messages
+not yet summarised before summaries, oldest first) and a one-line note, where
+they stood, says which sequence range is hidden (it stays searchable).
 """
 
 from __future__ import annotations
@@ -225,11 +226,12 @@ def _render(
     messages: list[Message] = [system] if system is not None else []
     block: list[str] = []
     hidden: tuple[int, int] | None = None
+    note = ""
     if dropped:
         first = min(items[groups[g].start].seq_start for g in dropped)
         last = max(items[groups[g].end - 1].seq_end for g in dropped)
         hidden = (first, last)
-        block.append(
+        note = (
             f"\n[Not shown for space: {len(dropped)} earlier item(s) covering messages seq "
             f"{first}–{last}. They are stored verbatim: lcm_grep finds them.]\n"
         )
@@ -243,6 +245,10 @@ def _render(
 
     for index, group in enumerate(groups):
         if index in dropped:
+            # The note stands where the first left-out item stood.
+            if note:
+                block.append(note)
+                note = ""
             continue
         for item in items[group.start : group.end]:
             if item.summary is not None:
@@ -272,16 +278,23 @@ def assemble_view(
     """Render the view of ``items`` within ``budget`` tokens (0: no limit).
 
     Groups outside the fresh tail (and other than the pinned user message)
-    are dropped oldest first until the view fits; the fresh tail itself is
-    never dropped, so a tail larger than the budget is returned whole — the
-    engine prevents that by compacting and by moving huge tool results out.
+    are dropped until the view fits: raw messages not yet summarised first,
+    oldest first, then summaries, oldest first. The fresh tail itself is never
+    dropped, so a tail larger than the budget is returned whole — the engine
+    prevents that by compacting and by moving huge tool results out.
     """
     groups = group_bounds(items)
-    droppable = [
+    outside_tail = [
         index
         for index, group in enumerate(groups)
         if group.start < split.tail_start
         and not (split.pinned is not None and group.start <= split.pinned < group.end)
+    ]
+    # Raw messages not yet summarised go first, oldest first: a summary is the
+    # cheapest account of what it covers, and it sits before them in the prompt,
+    # so keeping it keeps the cached prefix too. Summaries go only after them.
+    droppable = [i for i in outside_tail if groups[i].raw] + [
+        i for i in outside_tail if not groups[i].raw
     ]
     dropped: set[int] = set()
     while True:
