@@ -13,10 +13,13 @@
 The ``contextengine replay`` and ``contextengine eval recall`` commands are
 thin layers over these (``contextengine.cli.replay``)::
 
-    from contextengine.formats import load_sessions
+    from contextengine.formats import iter_sessions, load_sessions
     from contextengine.replay import compare_sessions, parse_price
 
     comparisons = compare_sessions(load_sessions("run.jsonl"), ["compressor", "lcm"],
+                                   context_length=32_000)
+    # or, for a long file, streamed in memory that does not grow with it:
+    comparisons = compare_sessions(iter_sessions("run.jsonl"), ["compressor", "lcm"],
                                    context_length=32_000)
     rows = [row for c in comparisons for row in c.to_json(parse_price("openai-gpt-4o"))]
 """
@@ -40,6 +43,7 @@ from contextengine.replay.loop import (
     Trace,
     baseline_trace,
     compare_sessions,
+    compare_stream,
     recorded_trace,
     replay_session,
     trace_stats,
@@ -68,6 +72,7 @@ __all__ = [
     "baseline_trace",
     "cached_prefix_tokens",
     "compare_sessions",
+    "compare_stream",
     "eval_locomo",
     "eval_transcript",
     "load_locomo",
