@@ -152,12 +152,11 @@ def build_session(data: Path, target_mb: float, folder: Path) -> tuple[Path, int
                 if not line.strip():
                     continue
                 record = _rewrite(json.loads(line), copy)
-                is_boundary = record.get("subtype") == "compact_boundary"
-                if not rooted and "uuid" in record and record.get("parentUuid") is None:
-                    if not is_boundary:
-                        # This copy's root continues the previous copy's conversation.
-                        record["parentUuid"] = tip
-                        rooted = True
+                is_root = "uuid" in record and record.get("parentUuid") is None
+                if not rooted and is_root and record.get("subtype") != "compact_boundary":
+                    # This copy's root continues the previous copy's conversation.
+                    record["parentUuid"] = tip
+                    rooted = True
                 if record.get("type") in ("user", "assistant") and not record.get("isSidechain"):
                     last_message = record.get("uuid")
                 text = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"

@@ -15,7 +15,8 @@ exhausted. Two things a consumer must know:
   (counts of skipped records, ``tool_messages_dropped``) are final only at
   the end; a recorded compaction appears in ``metadata["compactions"]``
   before the message at its ``index`` is yielded, so a consumer can act on
-  it in order (:func:`contextengine.replay.recorded_trace` does);
+  it in order (the replay's recorded trace does, see
+  :func:`contextengine.replay.compare_stream`);
 * a stream is read once. Iterate it again by opening it again
   (:func:`contextengine.formats.stream_session`).
 
@@ -48,7 +49,8 @@ class SessionStream:
     ``id``, ``source`` and ``format`` are those of the :class:`Session` the
     list importer returns; ``metadata`` is the same dict, filled in as the
     stream is read (see the module docstring). Iterating yields each message
-    once; :meth:`to_session` reads what is left into a :class:`Session`.
+    once; :attr:`consumed` counts those yielded so far; :meth:`to_session`
+    reads what is left into a :class:`Session`.
     """
 
     def __init__(

@@ -77,17 +77,20 @@ class _Index:
 
 
 def _skeleton(record: dict[str, Any]) -> dict[str, Any]:
-    """The record reduced to the keys ``_select_active`` and the index pass read."""
+    """The record reduced to what ``_select_active`` and the index pass read.
+
+    Absent keys read as their default there (``isSidechain`` False, no tool
+    blocks), so only what is set is kept: about 300 bytes a message record.
+    """
     skeleton: dict[str, Any] = {"type": record["type"]}
-    for key in ("uuid", "isSidechain", "isCompactSummary", "sessionId"):
-        if key in record:
+    for key in ("uuid", "isSidechain", "isCompactSummary"):
+        if record.get(key):
             skeleton[key] = record[key]
     message = record.get("message")
     if isinstance(message, dict):
         content = message.get("content")
-        stubs: list[dict[str, Any]] | str = ""
+        stubs: list[dict[str, Any]] = []
         if isinstance(content, list):
-            stubs = []
             for block in content:
                 if not isinstance(block, dict):
                     continue
@@ -96,7 +99,7 @@ def _skeleton(record: dict[str, Any]) -> dict[str, Any]:
                     stubs.append({"type": kind, **({"id": block["id"]} if "id" in block else {})})
                 elif kind == "tool_result":
                     stubs.append({"type": kind, "tool_use_id": block.get("tool_use_id")})
-        skeleton["message"] = {"id": message.get("id"), "content": stubs}
+        skeleton["message"] = {"id": message.get("id"), "content": stubs or ""}
     return skeleton
 
 
@@ -107,6 +110,8 @@ def _index(path: Path) -> _Index:
     has_main = False
     lines = 0
     previous: str | None = None
+    first_main: tuple[int, Any] | None = None
+    first_any: tuple[int, Any] | None = None
     for lineno, record in iter_jsonl(path):
         lines = lineno
         kind = record.get("type")
@@ -129,6 +134,11 @@ def _index(path: Path) -> _Index:
             if is_message:
                 _check_message_record(path, lineno, record)
                 has_main = has_main or not record.get("isSidechain", False)
+            # The session id the list importer reads: the first record's, after
+            # sidechain records are set aside when there are main ones.
+            if not record.get("isSidechain", False):
+                first_main = first_main or (lineno, record.get("sessionId", path.stem))
+            first_any = first_any or (lineno, record.get("sessionId", path.stem))
             records.append((lineno, _skeleton(record)))
 
     skipped_sidechain = 0
@@ -136,7 +146,7 @@ def _index(path: Path) -> _Index:
         main = [(n, r) for n, r in records if not r.get("isSidechain", False)]
         skipped_sidechain = len(records) - len(main)
         records = main
-    first = next((r for _, r in records), {})
+    first = first_main if has_main else first_any
     selected, skipped_branch = _select_active(records, links)
     del links, records
 
@@ -146,7 +156,7 @@ def _index(path: Path) -> _Index:
         summary_for={},
         result_ids=set(),
         call_ids=set(),
-        session_id=first.get("sessionId", path.stem),
+        session_id=path.stem if first is None else first[1],
         skipped_sidechain=skipped_sidechain,
         skipped_branch=skipped_branch,
     )
