@@ -52,6 +52,26 @@ _UUID_KEYS = ("uuid", "parentUuid", "logicalParentUuid", "sourceToolAssistantUUI
 _ID_KEYS = ("messageId", "requestId", "toolUseID", "parentToolUseID", "sourceToolUseID")
 
 
+#: What the figures include, printed under the table.
+NOTE = (
+    "One `contextengine replay FILE --engine NAME --context-length 128000 --model gpt-4o "
+    "--json --timeline T` process per row (a fresh interpreter). Wall and CPU seconds are "
+    "the whole command: interpreter start, imports and vocabulary, reading and parsing "
+    "the JSONL (twice for Claude Code: an index pass, then the messages), the replay "
+    "through the engine (lcm archives every message in a temporary SQLite file, deleted "
+    "afterwards), the unmanaged baseline and Claude Code's recorded compaction as "
+    "reference traces, token counting and the cost model. Peak RSS is the process's "
+    "maximum resident set (its rusage from `os.wait4`): SQLite's page cache, and the "
+    "token and anchor caches, which keep up to 64M characters of text each whatever "
+    "the session's size, are in it. Requests per second are requests per CPU second of "
+    "the process (file, engine and reference traces together) over the first and the "
+    "last quarter of the session's requests, from the timeline: equal figures mean no "
+    "slow-down as the history grows. The input is the spotter Claude Code sessions "
+    "chained into one session with fresh ids and per-copy text variations (see the "
+    "module docstring), written to a temporary folder and deleted."
+)
+
+
 def _spotter_files(data: Path) -> list[Path]:
     return sorted((data / "spotter" / "transcripts").glob("*.jsonl"))
 
@@ -303,18 +323,7 @@ def run(
     return "\n\n".join(
         [
             _table(results),
-            "One `contextengine replay FILE --engine NAME --context-length 128000 --model gpt-4o "
-            "--json` process per row (a fresh interpreter). Wall and CPU seconds are the whole "
-            "command: interpreter start, import, reading and parsing the JSONL, the replay "
-            "through the engine (the lcm engine archives every message in a temporary SQLite "
-            "file, deleted afterwards), the unmanaged baseline and Claude Code's recorded "
-            "compaction as reference traces, token counting and the cost model. Peak RSS is "
-            "the process's maximum resident set (`getrusage`), SQLite's page cache included. "
-            "Requests per second are per CPU second of the replay loop, over the first and "
-            "the last quarter of the session's requests: equal figures mean no slow-down as "
-            "the history grows. The input is the spotter Claude Code sessions chained into "
-            "one session with fresh ids and per-copy text variations (see the module "
-            "docstring), written to a temporary folder and deleted.",
+            NOTE,
         ]
     )
 

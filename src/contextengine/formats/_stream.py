@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from contextengine.errors import FormatError, InvalidMessagesError
+from contextengine.formats._session import Session
 from contextengine.messages import is_tool_call_message, sanitize_tool_pairs, validate_messages
 
 __all__ = ["SessionStream", "finish_stream"]
@@ -99,10 +100,8 @@ class SessionStream:
             model = self.metadata.get("model")
         return str(model) if model else None
 
-    def to_session(self) -> Any:
+    def to_session(self) -> Session:
         """The rest of the stream as a :class:`~contextengine.formats.Session` (reads it all)."""
-        from contextengine.formats._session import Session
-
         messages = list(self)
         return Session(
             id=self.id,

@@ -2,8 +2,11 @@
 
 * :mod:`.loop`: a recorded session fed turn by turn through a
   :class:`~contextengine.ContextHost`, the recorded replies standing in for
-  the model; the unmanaged baseline and Claude Code's recorded compaction as
-  reference traces.
+  the model, fed from a list or a stream; :func:`compare_stream` replays one
+  streamed session through every engine in one pass.
+* :mod:`.reference`: the unmanaged baseline and Claude Code's recorded
+  compaction as reference traces, built one message at a time.
+* :mod:`.trace`: :class:`RequestRecord` and :class:`Trace`, what a replay records.
 * :mod:`.cost`: the prompt-cache price model (a cached prefix is what is
   byte-identical to the previous request) and provider presets.
 * :mod:`.recall`: what survives compaction, closed-book and through
