@@ -60,6 +60,7 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
     ("session_memory", "Memory of a 100,000-message session", {}, {}),
     ("recall_locomo", "lcm_grep retrieval on LoCoMo", {}, {}),
     ("replay", "Replay and recall on real sessions", {}, {}),
+    ("replay_memory", "Replay memory and speed on one long session", {}, {}),
 )
 #: Benchmarks that need a service this machine may not run (a PostgreSQL server):
 #: when they fail the page says why, and the run still succeeds.

@@ -37,7 +37,14 @@ from contextengine.errors import (
     VocabularyError,
 )
 from contextengine.events import CompactionEvent, HostEvent, Observer
-from contextengine.formats import Session, load_session, load_sessions
+from contextengine.formats import (
+    Session,
+    SessionStream,
+    iter_sessions,
+    load_session,
+    load_sessions,
+    stream_session,
+)
 from contextengine.host import ContextHost
 from contextengine.messages import (
     from_anthropic,
@@ -85,6 +92,7 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "Session",
+    "SessionStream",
     "Store",
     "StoreConflictError",
     "StoreError",
@@ -103,6 +111,7 @@ __all__ = [
     "from_anthropic",
     "is_context_overflow_error",
     "is_summary_message",
+    "iter_sessions",
     "load_engine",
     "load_session",
     "load_sessions",
@@ -111,6 +120,7 @@ __all__ = [
     "redact",
     "sanitize_memory_context",
     "sanitize_tool_pairs",
+    "stream_session",
     "summarizer_from_env",
     "to_anthropic",
     "validate_messages",

@@ -11,18 +11,25 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
-from contextengine.formats import Session, load_sessions
+from contextengine.formats import (
+    Session,
+    SessionStream,
+    detect_format,
+    iter_sessions,
+    load_sessions,
+)
 from contextengine.replay.cost import PRESETS, Price, parse_price
 from contextengine.replay.loop import (
     SessionComparison,
-    compare_sessions,
+    compare_stream,
     parse_option,
     trace_stats,
 )
@@ -87,9 +94,15 @@ def _price(spec: str) -> Price:
 
 
 @contextmanager
-def _progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr for long runs; nothing when stderr is not a terminal."""
-    if not enabled or total < 200 or not sys.stderr.isatty():
+def _progress(
+    total: int | None, label: str, enabled: bool
+) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr for long runs; nothing when stderr is not a terminal.
+
+    ``total`` None is a streamed replay, whose length is known only at its end:
+    the bar then counts the messages replayed.
+    """
+    if not enabled or (total is not None and total < 200) or not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
@@ -112,6 +125,41 @@ def _load(files: Sequence[str], format_name: str | None) -> list[Session]:
     for file in files:
         sessions.extend(load_sessions(Path(file), format=format_name))
     return sessions
+
+
+def _streams(files: Sequence[str], format_name: str | None) -> Iterator[SessionStream]:
+    """Every session of ``files``, streamed one after the other.
+
+    Each file's format is checked first, so a file of no known format fails
+    before anything is replayed, as it did when every file was loaded first.
+    """
+    if format_name is None:
+        for file in files:
+            detect_format(file)
+    for file in files:
+        yield from iter_sessions(Path(file), format=format_name)
+
+
+def _timed(stream: SessionStream, timeline: TextIO) -> SessionStream:
+    """``stream``, writing the process CPU time as each reply is taken (``--timeline``)."""
+    stream.recorded_model()  # any read-ahead happens in ``stream``, which the wrapper reads
+
+    def messages() -> Iterator[dict[str, Any]]:
+        started = time.process_time()
+        requests = 0
+        for index, message in enumerate(stream):
+            if index and message.get("role") == "assistant":
+                requests += 1
+                timeline.write(f"{requests} {time.process_time() - started:.6f}\n")
+            yield message
+
+    return SessionStream(
+        id=stream.id,
+        source=stream.source,
+        format=stream.format,
+        messages=messages(),
+        metadata=stream.metadata,
+    )
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -277,6 +325,14 @@ def _quiet_library_logs() -> Iterator[None]:
     default=None,
     help="Also write a chart report: FILE.html (self-contained) or FILE.png.",
 )
+@click.option(
+    "--timeline",
+    "timeline_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write one line per request: its number and the CPU seconds since its "
+    "session's replay began (to see whether a long replay slows down).",
+)
 def replay(
     files: tuple[str, ...],
     engine: str | None,
@@ -288,13 +344,15 @@ def replay(
     option_pairs: tuple[str, ...],
     as_json: bool,
     report_path: str | None,
+    timeline_path: str | None,
 ) -> None:
     """Replay recorded sessions FILE... through context engines, the recording as the model.
 
     Reports per session the requests, compactions, summariser calls, prompt
     tokens sent (total and peak) against the same session with no context
     management, the cost under a prompt-cache price model, and the engine's
-    CPU overhead per request.
+    CPU overhead per request. Sessions are streamed from their files, once
+    for all engines, so memory follows what the engines keep, not the file.
     """
     engines = _engines(engine, compare)
     length = _context_length(context_length)
@@ -302,17 +360,26 @@ def replay(
     options = _options(option_pairs, engines)
     if report_path and not report_path.lower().endswith((".html", ".htm", ".png")):
         raise click.BadParameter("expected a .html or .png file name", param_hint="--report")
-    sessions = _load(files, format_name)
-    steps = sum(len(s.messages) for s in sessions) * len(engines)
-    with _progress(steps, "replaying", not as_json) as progress, _quiet_library_logs():
-        comparisons = compare_sessions(
-            sessions,
-            engines,
-            context_length=length,
-            model=model,
-            options=options,
-            progress=progress,
+    comparisons: list[SessionComparison] = []
+    with ExitStack() as stack:
+        progress = stack.enter_context(_progress(None, "replaying", not as_json))
+        stack.enter_context(_quiet_library_logs())
+        timeline = (
+            stack.enter_context(Path(timeline_path).open("w", encoding="utf-8"))
+            if timeline_path
+            else None
         )
+        for stream in _streams(files, format_name):
+            comparisons.append(
+                compare_stream(
+                    stream if timeline is None else _timed(stream, timeline),
+                    engines,
+                    context_length=length,
+                    model=model,
+                    options=options,
+                    progress=progress,
+                )
+            )
     rows = [row for comparison in comparisons for row in comparison.to_json(price)]
     if report_path:
         try:

@@ -16,6 +16,20 @@ Formats (names accepted by ``format=`` and ``--format``):
 ``tau-bench``   tau-bench historical trajectories (a list of runs)
 =============== ==============================================================
 
+Streaming: :func:`iter_sessions` and :func:`stream_session` return
+:class:`SessionStream` objects that read the messages as they are iterated
+(Claude Code session JSONL and OpenAI JSONL stream from the file; whole JSON
+documents are parsed first, as they must be). The messages are exactly those
+of :func:`load_sessions`, and the metadata is the same once a stream is read
+to the end; a replay of a 200 MB session then keeps only what the engine
+keeps (see :mod:`contextengine.formats._stream`)::
+
+    from contextengine.formats import stream_session
+    stream = stream_session("session.jsonl")
+    for message in stream:                                # one at a time
+        ...
+    stream.metadata["compactions"]                        # complete once read
+
 Detection sniffs content (the first JSONL record, or the parsed document's
 keys), never only the file name. Every session comes back with its tool calls
 paired and its messages valid; a file that is corrupt or of no known format
@@ -25,7 +39,7 @@ record, and what was expected there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +47,26 @@ from contextengine.errors import FormatError
 from contextengine.formats import (
     anthropic_messages,
     claude_code,
+    claude_code_stream,
     openai_chat,
     swe_agent,
     tau_bench,
 )
-from contextengine.formats._detect import MISSING, detect
+from contextengine.formats._detect import MISSING, detect, peek
 from contextengine.formats._session import Session
+from contextengine.formats._stream import SessionStream
 
-__all__ = ["FORMATS", "Loader", "Session", "detect_format", "load_session", "load_sessions"]
+__all__ = [
+    "FORMATS",
+    "Loader",
+    "Session",
+    "SessionStream",
+    "detect_format",
+    "iter_sessions",
+    "load_session",
+    "load_sessions",
+    "stream_session",
+]
 
 #: A loader reads one file and returns every session it holds.
 Loader = Callable[[Path], list[Session]]
@@ -68,6 +94,17 @@ def detect_format(path: str | Path) -> str:
     return detect(Path(path))[0]
 
 
+def _checked_format(file: Path, format: str) -> str:
+    if format not in FORMATS:
+        raise FormatError(
+            str(file),
+            "",
+            "a format name among " + ", ".join(sorted(FORMATS)),
+            found=repr(format),
+        )
+    return format
+
+
 def load_sessions(path: str | Path, format: str | None = None) -> list[Session]:
     """Import every session in ``path``; ``format`` skips detection when given.
 
@@ -76,19 +113,71 @@ def load_sessions(path: str | Path, format: str | None = None) -> list[Session]:
     """
     file = Path(path)
     if format is not None:
-        loader = FORMATS.get(format)
-        if loader is None:
-            raise FormatError(
-                str(file),
-                "",
-                "a format name among " + ", ".join(sorted(FORMATS)),
-                found=repr(format),
-            )
-        return loader(file)
+        return FORMATS[_checked_format(file, format)](file)
     name, document = detect(file)
     if document is not MISSING and name in _FROM_DOCUMENT:
         return _FROM_DOCUMENT[name](document, file)
     return FORMATS[name](file)
+
+
+def _streamed(session: Session) -> SessionStream:
+    return SessionStream(
+        id=session.id,
+        source=session.source,
+        format=session.format,
+        messages=session.messages,
+        metadata=session.metadata,
+    )
+
+
+def iter_sessions(path: str | Path, format: str | None = None) -> Iterator[SessionStream]:
+    """Every session in ``path`` as a :class:`SessionStream`, read as it is iterated.
+
+    The streaming twin of :func:`load_sessions`: the same sessions, messages
+    and (once each stream is read to the end) metadata. Claude Code JSONL and
+    OpenAI JSONL are read line by line and never held whole; JSON documents
+    (Anthropic, SWE-agent, tau-bench, OpenAI JSON) are parsed whole, as JSON
+    must be, and their sessions handed out one by one. Read each stream before
+    asking for the next.
+    """
+    file = Path(path)
+    name = _checked_format(file, format) if format is not None else detect_format(file)
+    if name == claude_code.NAME:
+        yield claude_code_stream.stream(file)
+    elif name == openai_chat.NAME and peek(file).is_jsonl:
+        yield from openai_chat.stream_jsonl(file)
+    else:
+        for session in load_sessions(file, name):
+            yield _streamed(session)
+
+
+def stream_session(path: str | Path, format: str | None = None) -> SessionStream:
+    """The one session in ``path`` as a :class:`SessionStream`; several is an error.
+
+    The streaming twin of :func:`load_session`. A file in a streamed format
+    that holds several sessions is found out when the second one is reached.
+    """
+    sessions = iter_sessions(path, format)
+    first = next(sessions, None)
+    if first is None:
+        raise FormatError(
+            str(path),
+            "",
+            "exactly one session (use iter_sessions for files holding many)",
+            found="0 sessions",
+        )
+    if first.format != claude_code.NAME:
+        # A Claude Code file is one session; the others may hold several. Counting
+        # them reads past the first stream's messages only for one-per-line files.
+        rest = sum(1 for _ in sessions)
+        if rest:
+            raise FormatError(
+                str(path),
+                "",
+                "exactly one session (use iter_sessions for files holding many)",
+                found=f"{rest + 1} sessions",
+            )
+    return first
 
 
 def load_session(path: str | Path, format: str | None = None) -> Session:

@@ -52,7 +52,7 @@ __all__ = ["NAME", "load"]
 NAME = "claude-code"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Link:
     parent: str | None
     logical_parent: str | None

@@ -16,6 +16,7 @@ Metadata: ``tools`` and ``model`` when the document carries them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from contextengine.errors import FormatError
 from contextengine.formats._detect import peek
 from contextengine.formats._session import Session, finish
 from contextengine.formats._source import describe, iter_jsonl, read_json
+from contextengine.formats._stream import SessionStream, finish_stream
 
-__all__ = ["NAME", "check_messages", "load", "sessions_from_document"]
+__all__ = ["NAME", "check_messages", "load", "sessions_from_document", "stream_jsonl"]
 
 NAME = "openai"
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -91,6 +93,9 @@ def _looks_like_jsonl(path: Path) -> bool:
     return peek(path).is_jsonl
 
 
+_MIXED = "either one message per line or one session per line, not both"
+
+
 def _load_jsonl(path: Path) -> list[Session]:
     sessions: list[Session] = []
     messages: list[dict[str, Any]] = []
@@ -111,10 +116,53 @@ def _load_jsonl(path: Path) -> list[Session]:
         messages.append(record)
     if messages:
         if sessions:
-            raise FormatError(
-                str(path), "", "either one message per line or one session per line, not both"
-            )
+            raise FormatError(str(path), "", _MIXED)
         sessions.append(
             finish(id=path.stem, path=path, format=NAME, messages=messages, metadata={})
         )
     return sessions
+
+
+def _message_lines(path: Path) -> Iterator[dict[str, Any]]:
+    for lineno, record in iter_jsonl(path):
+        if "messages" in record:
+            raise FormatError(str(path), "", _MIXED)
+        if record.get("role") not in _ROLES:
+            raise FormatError(
+                str(path),
+                f"line {lineno}",
+                "a message object with a 'role', or an object with 'messages'",
+                found=describe(record),
+            )
+        yield record
+
+
+def stream_jsonl(path: Path) -> Iterator[SessionStream]:
+    """The sessions of an OpenAI JSONL file, read as they are iterated.
+
+    One message per line: one :class:`SessionStream` over the lines, the same
+    messages as :func:`load`. One session per line: each line's session, read
+    whole (a line is one conversation). A file mixing both raises the same
+    :class:`FormatError` as :func:`load`, when the mix is reached.
+    """
+    first = peek(path).first
+    if first is not None and "messages" not in first:
+        metadata: dict[str, Any] = {}
+        messages = finish_stream(_message_lines(path), path=path, format=NAME, metadata=metadata)
+        yield SessionStream(
+            id=path.stem, source=str(path), format=NAME, messages=messages, metadata=metadata
+        )
+        return
+    for lineno, record in iter_jsonl(path):
+        if "messages" not in record:
+            raise FormatError(str(path), "", _MIXED)
+        session = sessions_from_document(record, path)[0]
+        if session.id == path.stem:
+            session.id = f"{path.stem}#{lineno}"
+        yield SessionStream(
+            id=session.id,
+            source=session.source,
+            format=NAME,
+            messages=session.messages,
+            metadata=session.metadata,
+        )

@@ -2,8 +2,11 @@
 
 * :mod:`.loop`: a recorded session fed turn by turn through a
   :class:`~contextengine.ContextHost`, the recorded replies standing in for
-  the model; the unmanaged baseline and Claude Code's recorded compaction as
-  reference traces.
+  the model, fed from a list or a stream; :func:`compare_stream` replays one
+  streamed session through every engine in one pass.
+* :mod:`.reference`: the unmanaged baseline and Claude Code's recorded
+  compaction as reference traces, built one message at a time.
+* :mod:`.trace`: :class:`RequestRecord` and :class:`Trace`, what a replay records.
 * :mod:`.cost`: the prompt-cache price model (a cached prefix is what is
   byte-identical to the previous request) and provider presets.
 * :mod:`.recall`: what survives compaction, closed-book and through
@@ -13,10 +16,13 @@
 The ``contextengine replay`` and ``contextengine eval recall`` commands are
 thin layers over these (``contextengine.cli.replay``)::
 
-    from contextengine.formats import load_sessions
+    from contextengine.formats import iter_sessions, load_sessions
     from contextengine.replay import compare_sessions, parse_price
 
     comparisons = compare_sessions(load_sessions("run.jsonl"), ["compressor", "lcm"],
+                                   context_length=32_000)
+    # or, for a long file, streamed in memory that does not grow with it:
+    comparisons = compare_sessions(iter_sessions("run.jsonl"), ["compressor", "lcm"],
                                    context_length=32_000)
     rows = [row for c in comparisons for row in c.to_json(parse_price("openai-gpt-4o"))]
 """
@@ -40,6 +46,7 @@ from contextengine.replay.loop import (
     Trace,
     baseline_trace,
     compare_sessions,
+    compare_stream,
     recorded_trace,
     replay_session,
     trace_stats,
@@ -68,6 +75,7 @@ __all__ = [
     "baseline_trace",
     "cached_prefix_tokens",
     "compare_sessions",
+    "compare_stream",
     "eval_locomo",
     "eval_transcript",
     "load_locomo",

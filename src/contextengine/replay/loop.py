@@ -18,34 +18,54 @@ prefix, compactions, CPU time), not how a model would have answered. Usage is
 counted offline with the tokenizer: ``prompt = count_message_tokens(request)``
 and ``completion = message_tokens(reply)``.
 
-Two reference traces need no engine:
+Two reference traces need no engine (:mod:`.reference`): the unmanaged
+:func:`baseline_trace` and Claude Code's :func:`recorded_trace`.
 
-* :func:`baseline_trace`: no context management, every request the whole
-  history, capped at the context length (a provider refuses beyond it; those
-  requests are flagged ``overflow``);
-* :func:`recorded_trace`: for a Claude Code session that recorded its own
-  compaction, the requests Claude Code actually sent: the whole history until
-  a boundary, then its summary and what followed.
+Memory and time
+    A replay keeps what the engine keeps, and per request does work in
+    proportion to the request, never to the history:
+
+    * messages are fed one at a time (:meth:`Replayer.feed`), from a list or
+      from a :class:`~contextengine.formats.SessionStream` that reads the
+      file as it goes; :func:`compare_stream` feeds one stream to every
+      engine and both reference traces in lockstep, so the file is read once;
+    * the history is the host's, which the engine compacts; the digest and
+      token count of each message sent are kept for the last request only;
+    * the reference traces keep running sums (:mod:`.reference`);
+    * an engine that archives (``lcm``) gets a SQLite file in a temporary
+      folder, deleted when the replay ends: on disk, the archive costs the
+      process its page cache, not the whole transcript in RAM, and a replay
+      never writes into the user's own archive;
+    * the trace itself is one small :class:`RequestRecord` per request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-import statistics
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 from contextengine.engine import ContextEngine
 from contextengine.errors import EngineLoadError
 from contextengine.events import CompactionEvent, Event
-from contextengine.formats import Session
+from contextengine.formats import Session, SessionStream
 from contextengine.host import ContextHost
-from contextengine.replay.cost import CostTotals, PrefixCache, Price, message_fingerprint
-from contextengine.tokens import count_message_tokens, message_tokens
+from contextengine.replay.cost import PrefixCache, Price, message_fingerprint
+from contextengine.replay.reference import (
+    BaselineBuilder,
+    RecordedBuilder,
+    baseline_trace,
+    is_boundary,
+    recorded_trace,
+)
+from contextengine.replay.trace import DEFAULT_MODEL, RequestRecord, Trace, trace_stats
+from contextengine.tokens import REPLY_PRIMING_TOKENS, message_tokens
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -57,6 +77,7 @@ __all__ = [
     "baseline_trace",
     "build_engine",
     "compare_sessions",
+    "compare_stream",
     "parse_option",
     "recorded_trace",
     "replay_session",
@@ -66,71 +87,6 @@ __all__ = [
 Message = dict[str, Any]
 #: Called with the number of recorded messages just processed.
 Progress = Callable[[int], None]
-
-#: The model whose tokenizer counts a replay when neither --model nor the session names one.
-DEFAULT_MODEL = "gpt-4o"
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One request of a trace: what was sent before the recorded reply at ``index``."""
-
-    #: Position of the recorded reply in the session's messages.
-    index: int
-    prompt_tokens: int
-    #: Leading prompt tokens identical to the previous request's (the cache model's hit).
-    cached_tokens: int
-    completion_tokens: int
-    messages_sent: int
-    #: Phases of the compactions that ran while this request was prepared.
-    compactions: tuple[str, ...] = ()
-    summarizer_calls: int = 0
-    #: CPU time spent in the host and engine for this request (0 for reference traces).
-    cpu_ms: float = 0.0
-    #: Digest of the whole request as sent (equal digests: byte-identical requests).
-    fingerprint: str = ""
-    #: The prompt was over the context length: a provider would refuse it (the
-    #: baseline's prompt is capped there; an engine's is what it sent).
-    overflow: bool = False
-
-
-@dataclass
-class Trace:
-    """The requests one strategy sent for one session: an engine, ``baseline`` or ``recorded``."""
-
-    label: str
-    requests: list[RequestRecord] = field(default_factory=list)
-
-
-def _percentile(values: Sequence[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
-
-
-def trace_stats(trace: Trace, price: Price) -> dict[str, Any]:
-    """The per-session figures of a trace under ``price`` (the JSON fields of ``replay``)."""
-    totals = CostTotals(price)
-    phases: dict[str, int] = {}
-    for request in trace.requests:
-        totals.add(request.prompt_tokens, request.cached_tokens, request.completion_tokens)
-        for phase in request.compactions:
-            phases[phase] = phases.get(phase, 0) + 1
-    cpu = [r.cpu_ms for r in trace.requests]
-    return {
-        "requests": len(trace.requests),
-        "compactions": sum(phases.values()),
-        "compactions_by_phase": phases,
-        "summarizer_calls": sum(r.summarizer_calls for r in trace.requests),
-        "prompt_tokens_total": totals.prompt_tokens,
-        "prompt_tokens_peak": max((r.prompt_tokens for r in trace.requests), default=0),
-        "cached_tokens_total": totals.cached_tokens,
-        "cache_hit_rate": round(totals.cache_hit_rate, 4),
-        "completion_tokens_total": totals.completion_tokens,
-        "cost": round(totals.cost, 6),
-        "overhead_ms_median": round(statistics.median(cpu), 3) if cpu else 0.0,
-        "overhead_ms_p95": round(_percentile(cpu, 0.95), 3) if cpu else 0.0,
-        "overflow_requests": sum(1 for r in trace.requests if r.overflow),
-    }
 
 
 # ---------------------------------------------------------------- engines
@@ -149,20 +105,27 @@ def parse_option(text: str) -> tuple[str, Any]:
 
 
 def build_engine(
-    name: str, *, context_length: int, model: str, options: Mapping[str, Any] | None = None
+    name: str,
+    *,
+    context_length: int,
+    model: str,
+    options: Mapping[str, Any] | None = None,
+    store: str | os.PathLike[str] = ":memory:",
 ) -> ContextEngine:
     """Load ``name`` strictly (a broken plugin must not be measured as the compressor).
 
-    Replays pass ``context_length`` and ``model``, and an in-memory ``store``
-    (a replay never writes into the user's archive), each only when the engine
-    accepts it and the caller did not set it.
+    Replays pass ``context_length``, ``model`` and ``store``, each only when
+    the engine accepts it and the caller's ``options`` did not set it.
+    ``store`` is the archive of an engine that keeps one: in memory unless
+    the caller names a file (:class:`Replayer` gives a temporary one), and
+    never the user's own archive.
     """
     from contextengine.registry import load_engine
 
     given = dict(options or {})
     defaults: dict[str, Any] = {"context_length": context_length, "model": model}
     if "store" not in given:
-        defaults["store"] = ":memory:"
+        defaults["store"] = store
     while True:
         try:
             return load_engine(name, strict=True, **{**defaults, **given})
@@ -181,39 +144,56 @@ def _request_digest(fingerprints: Sequence[str]) -> str:
 
 
 class _Shapes:
-    """Fingerprint and token count per message object, computed once per object."""
+    """Fingerprint and token count of each message of the last request, reused by the next.
+
+    Keyed by id(): the entry holds the message, so the id stays its own. Only
+    the messages of the latest request are kept; an agent's next request is
+    mostly the same objects, so each message is fingerprinted once while it
+    stays in the context, and nothing outlives the context.
+    """
 
     def __init__(self, model: str) -> None:
         self.model = model
-        # Keyed by id(); the message is kept alive in the value so the id stays its own.
         self._known: dict[int, tuple[Message, str, int]] = {}
 
     def of(self, messages: Sequence[Message]) -> tuple[list[str], list[int]]:
         fingerprints: list[str] = []
         tokens: list[int] = []
         known = self._known
+        fresh: dict[int, tuple[Message, str, int]] = {}
         for message in messages:
-            entry = known.get(id(message))
+            key = id(message)
+            entry = known.get(key)
             if entry is None or entry[0] is not message:
-                entry = (message, message_fingerprint(message), message_tokens(message, self.model))
-                known[id(message)] = entry
+                entry = fresh.get(key)
+                if entry is None:
+                    entry = (
+                        message,
+                        message_fingerprint(message),
+                        message_tokens(message, self.model),
+                    )
+            fresh[key] = entry
             fingerprints.append(entry[1])
             tokens.append(entry[2])
+        self._known = fresh
         return fingerprints, tokens
 
 
 class Replayer:
     """Replays one session through a host holding ``engine``; a context manager.
 
-    ``run()`` feeds every recorded message; afterwards :attr:`history` is the
-    conversation as the host left it, :meth:`final_context` what the engine
-    would send next, and :attr:`host` answers tool calls (``lcm_grep``...).
-    Leaving the ``with`` block ends the session and closes the engine.
+    ``run()`` feeds every message of ``messages`` (a list, or any iterable
+    such as a :class:`~contextengine.formats.SessionStream`, read once); or
+    call :meth:`feed` with each message yourself. Afterwards :attr:`history`
+    is the conversation as the host left it, :meth:`final_context` what the
+    engine would send next, :attr:`trace` the requests sent, and :attr:`host`
+    answers tool calls (``lcm_grep``...). Leaving the ``with`` block ends the
+    session, closes the engine and deletes its temporary archive.
     """
 
     def __init__(
         self,
-        messages: Sequence[Message],
+        messages: Iterable[Message] = (),
         *,
         engine: str,
         context_length: int,
@@ -221,14 +201,27 @@ class Replayer:
         options: Mapping[str, Any] | None = None,
         session_id: str = "replay",
     ) -> None:
-        self.messages = list(messages)
+        self.messages: Iterable[Message] = (
+            list(messages) if isinstance(messages, Sequence) else messages
+        )
         self.engine_name = engine
         self.model = model
         self.context_length = int(context_length)
         self.session_id = session_id
-        self.engine = build_engine(
-            engine, context_length=self.context_length, model=model, options=options
-        )
+        # The archive of an engine that keeps one lives on disk for the replay
+        # only: in memory it would hold the whole transcript in RAM.
+        self._scratch = tempfile.TemporaryDirectory(prefix="contextengine-replay-")
+        try:
+            self.engine = build_engine(
+                engine,
+                context_length=self.context_length,
+                model=model,
+                options=options,
+                store=os.path.join(self._scratch.name, "archive.db"),
+            )
+        except BaseException:
+            self._scratch.cleanup()
+            raise
         self._events: list[CompactionEvent] = []
         self.host = ContextHost(
             self.engine,
@@ -237,8 +230,12 @@ class Replayer:
             observers=(self._observe,),
         )
         self.history: list[Message] = []
+        self.trace = Trace(engine)
         self._shapes = _Shapes(model)
-        self._closed = False
+        self._cache = PrefixCache()
+        self._index = 0
+        self._started = self._closed = False
+        self._tools_pending = self._turn_open = False
 
     def _observe(self, event: Event) -> None:
         if isinstance(event, CompactionEvent):
@@ -251,85 +248,96 @@ class Replayer:
         self.close()
 
     def close(self) -> None:
-        """End the session (a real boundary) and release the engine's resources."""
+        """End the session (a real boundary), release the engine and delete its archive."""
         if self._closed:
             return
         self._closed = True
         try:
             self.host.end_session(self.history)
         finally:
-            close = getattr(self.engine, "close", None)
-            if callable(close):
-                close()
+            try:
+                close = getattr(self.engine, "close", None)
+                if callable(close):
+                    close()
+            finally:
+                self._scratch.cleanup()
 
     def _drain(self) -> tuple[tuple[str, ...], int]:
         events, self._events = self._events, []
         phases = tuple(e.phase for e in events if not e.aborted)
         return phases, sum(e.summarizer_calls for e in events)
 
+    def start(self) -> None:
+        """Begin the session (``on_session_start``); :meth:`feed` does it when needed."""
+        if not self._started:
+            self._started = True
+            self.host.start_session(self.session_id)
+
+    def feed(self, message: Message) -> RequestRecord | None:
+        """Feed the next recorded message; returns the request it caused, if a reply."""
+        self.start()
+        host = self.host
+        index = self._index
+        self._index += 1
+        history = self.history
+        role = message.get("role")
+        if role != "assistant" or not history:
+            if role == "user" and self._turn_open:
+                host.end_turn(history, None)  # the user interrupted a tool-calling turn
+                self._turn_open = False
+            self._tools_pending = self._tools_pending and role == "tool"
+            history.append(message)
+            return None
+        started = time.process_time()
+        if self._tools_pending:
+            history = host.after_tool_calls(history)
+        request = host.prepare_request(history)
+        history = host.history
+        cpu = time.process_time() - started
+        fingerprints, tokens = self._shapes.of(request)
+        # The sum of the per-message counts is count_message_tokens(request).
+        prompt = sum(tokens) + REPLY_PRIMING_TOKENS
+        completion = message_tokens(message, self.model)
+        cached = self._cache.observe(fingerprints, tokens, prompt)
+        digest = _request_digest(fingerprints)
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        started = time.process_time()
+        host.record_response(usage)
+        # A compacted history is the host's new list: appending to it is what agents do.
+        history.append(message)
+        self.history = history
+        self._tools_pending = self._turn_open = bool(message.get("tool_calls"))
+        if not self._tools_pending:
+            host.end_turn(history, usage)
+        cpu += time.process_time() - started
+        phases, calls = self._drain()
+        record = RequestRecord(
+            index=index,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=completion,
+            messages_sent=len(request),
+            compactions=phases,
+            summarizer_calls=calls,
+            cpu_ms=cpu * 1000.0,
+            fingerprint=digest,
+            overflow=prompt > self.context_length,
+        )
+        self.trace.requests.append(record)
+        return record
+
     def run(self, progress: Progress | None = None) -> Trace:
         """Feed every recorded message; returns the trace of requests sent."""
-        host, model = self.host, self.model
-        trace = Trace(self.engine_name)
-        cache = PrefixCache()
-        host.start_session(self.session_id)
-        history = self.history
-        tools_pending = turn_open = False
-        for index, message in enumerate(self.messages):
-            role = message.get("role")
-            if role != "assistant" or not history:
-                if role == "user" and turn_open:
-                    host.end_turn(history, None)  # the user interrupted a tool-calling turn
-                    turn_open = False
-                tools_pending = tools_pending and role == "tool"
-                history.append(message)
-                if progress is not None:
-                    progress(1)
-                continue
-            started = time.process_time()
-            if tools_pending:
-                history = host.after_tool_calls(history)
-            request = host.prepare_request(history)
-            history = host.history
-            cpu = time.process_time() - started
-            prompt = count_message_tokens(request, model)
-            completion = message_tokens(message, model)
-            fingerprints, tokens = self._shapes.of(request)
-            cached = cache.observe(fingerprints, tokens, prompt)
-            digest = _request_digest(fingerprints)
-            usage = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
-            started = time.process_time()
-            host.record_response(usage)
-            # A compacted history is the host's new list: appending to it is what agents do.
-            history.append(message)
-            tools_pending = bool(message.get("tool_calls"))
-            turn_open = tools_pending
-            if not tools_pending:
-                host.end_turn(history, usage)
-            cpu += time.process_time() - started
-            phases, calls = self._drain()
-            trace.requests.append(
-                RequestRecord(
-                    index=index,
-                    prompt_tokens=prompt,
-                    cached_tokens=cached,
-                    completion_tokens=completion,
-                    messages_sent=len(request),
-                    compactions=phases,
-                    summarizer_calls=calls,
-                    cpu_ms=cpu * 1000.0,
-                    fingerprint=digest,
-                    overflow=prompt > self.context_length,
-                )
-            )
+        self.start()
+        for message in self.messages:
+            self.feed(message)
             if progress is not None:
                 progress(1)
-        self.history = history
-        return trace
+        return self.trace
 
     def final_context(self) -> list[Message]:
         """What the engine would send for one more request now (the assembled context)."""
@@ -342,7 +350,7 @@ class Replayer:
 
 
 def replay_session(
-    messages: Sequence[Message],
+    messages: Iterable[Message],
     *,
     engine: str,
     context_length: int,
@@ -351,7 +359,7 @@ def replay_session(
     session_id: str = "replay",
     progress: Progress | None = None,
 ) -> Trace:
-    """Replay ``messages`` through ``engine`` and return its trace."""
+    """Replay ``messages`` (a list or a stream) through ``engine`` and return its trace."""
     with Replayer(
         messages,
         engine=engine,
@@ -361,95 +369,6 @@ def replay_session(
         session_id=session_id,
     ) as replayer:
         return replayer.run(progress)
-
-
-# ---------------------------------------------------------------- reference traces
-
-
-def _reply_indices(messages: Sequence[Message]) -> Iterable[int]:
-    """Positions of the replies that follow at least one message (those are requests)."""
-    return (i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0)
-
-
-def baseline_trace(
-    messages: Sequence[Message], *, context_length: int, model: str = DEFAULT_MODEL
-) -> Trace:
-    """Every request the whole history, capped at ``context_length`` (flagged ``overflow``)."""
-    shapes = _Shapes(model)
-    fingerprints, tokens = shapes.of(messages)
-    trace = Trace("baseline")
-    cache = PrefixCache()
-    running = 0
-    done = 0
-    for index in _reply_indices(messages):
-        running += sum(tokens[done:index])
-        done = index
-        full = running + 3  # count_message_tokens' reply priming
-        prompt = min(full, context_length)
-        cached = cache.observe(fingerprints[:index], tokens[:index], prompt)
-        trace.requests.append(
-            RequestRecord(
-                index=index,
-                prompt_tokens=prompt,
-                cached_tokens=cached,
-                completion_tokens=tokens[index] if index < len(tokens) else 0,
-                messages_sent=index,
-                overflow=full > context_length,
-            )
-        )
-    return trace
-
-
-def recorded_trace(session: Session, *, model: str = DEFAULT_MODEL) -> Trace | None:
-    """The requests Claude Code sent around its own recorded compactions; None without one.
-
-    Reads ``metadata["compactions"]`` of the ``claude-code`` importer: before
-    the first boundary the request is the whole history; after a boundary at
-    ``index`` it is the summary (as a user message) and the messages from
-    ``index`` on. The summariser call itself is counted, not priced.
-    """
-    boundaries = [
-        c
-        for c in session.metadata.get("compactions") or []
-        if isinstance(c, Mapping) and isinstance(c.get("index"), int) and c.get("summary")
-    ]
-    if not boundaries:
-        return None
-    boundaries.sort(key=lambda c: int(c["index"]))
-    summaries = [{"role": "user", "content": str(c["summary"])} for c in boundaries]
-    messages = session.messages
-    shapes = _Shapes(model)
-    trace = Trace("recorded")
-    cache = PrefixCache()
-    current = -1
-    for index in _reply_indices(messages):
-        latest = current
-        while latest + 1 < len(boundaries) and int(boundaries[latest + 1]["index"]) <= index:
-            latest += 1
-        phases: tuple[str, ...] = ()
-        if latest != current:
-            phases = tuple(
-                str(b.get("trigger") or "auto") for b in boundaries[current + 1 : latest + 1]
-            )
-            current = latest
-        if current < 0:
-            request = list(messages[:index])
-        else:
-            request = [summaries[current], *messages[int(boundaries[current]["index"]) : index]]
-        fingerprints, tokens = shapes.of(request)
-        prompt = sum(tokens) + 3
-        trace.requests.append(
-            RequestRecord(
-                index=index,
-                prompt_tokens=prompt,
-                cached_tokens=cache.observe(fingerprints, tokens, prompt),
-                completion_tokens=message_tokens(messages[index], model),
-                messages_sent=len(request),
-                compactions=phases,
-                summarizer_calls=len(phases),
-            )
-        )
-    return trace
 
 
 # ---------------------------------------------------------------- comparisons
@@ -499,8 +418,99 @@ class SessionComparison:
         return rows
 
 
+def _compare(
+    *,
+    session_id: str,
+    source: str,
+    format: str,
+    messages: Iterable[Message],
+    boundaries: Callable[[], Sequence[Any]] | None,
+    engines: Sequence[str],
+    context_length: int,
+    model: str,
+    options: Mapping[str, Mapping[str, Any]] | None,
+    progress: Progress | None,
+) -> SessionComparison:
+    """One pass over ``messages``, each fed to every engine and both reference traces."""
+    with ExitStack() as stack:
+        replayers = [
+            stack.enter_context(
+                Replayer(
+                    engine=name,
+                    context_length=context_length,
+                    model=model,
+                    options=(options or {}).get(name),
+                    session_id=session_id,
+                )
+            )
+            for name in engines
+        ]
+        baseline = BaselineBuilder(context_length=context_length, model=model)
+        recorded = RecordedBuilder(boundaries, model=model) if boundaries is not None else None
+        count = 0
+        for message in messages:
+            for replayer in replayers:
+                replayer.feed(message)
+            baseline.feed(message)
+            if recorded is not None:
+                recorded.feed(message)
+            count += 1
+            if progress is not None:
+                progress(len(replayers))
+        traces = {replayer.engine_name: replayer.trace for replayer in replayers}
+    return SessionComparison(
+        session_id=session_id,
+        source=source,
+        format=format,
+        messages=count,
+        traces=traces,
+        baseline=baseline.trace,
+        recorded=None if recorded is None else recorded.trace,
+        model=model,
+    )
+
+
+def compare_stream(
+    stream: SessionStream,
+    engines: Sequence[str],
+    *,
+    context_length: int,
+    model: str | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: Progress | None = None,
+) -> SessionComparison:
+    """Replay one streamed session through every engine, reading it once.
+
+    The same figures as :func:`compare_sessions` on the loaded session, in
+    memory that does not grow with the session: each message goes to every
+    engine and both reference traces, then is let go. ``model`` None means
+    the session's recorded model (read ahead to the first reply), else
+    :data:`DEFAULT_MODEL`.
+    """
+    session_model = model or stream.recorded_model() or DEFAULT_MODEL
+    metadata = stream.metadata
+
+    def live() -> Sequence[Any]:
+        # Filled while the stream is read, each entry before the message at its index.
+        compactions: Sequence[Any] = metadata.get("compactions") or ()
+        return compactions
+
+    return _compare(
+        session_id=stream.id,
+        source=stream.source,
+        format=stream.format,
+        messages=stream,
+        boundaries=live if "compactions" in metadata else None,
+        engines=engines,
+        context_length=context_length,
+        model=session_model,
+        options=options,
+        progress=progress,
+    )
+
+
 def compare_sessions(
-    sessions: Sequence[Session],
+    sessions: Iterable[Session | SessionStream],
     engines: Sequence[str],
     *,
     context_length: int,
@@ -511,35 +521,44 @@ def compare_sessions(
     """Replay every session through every engine; ``options`` maps engine name to its options.
 
     ``model`` None means the session's recorded model, else :data:`DEFAULT_MODEL`
-    (it chooses the tokenizer and is what the engines are told).
+    (it chooses the tokenizer and is what the engines are told). Streams
+    (:func:`~contextengine.formats.iter_sessions`) go through :func:`compare_stream`.
     """
     results = []
     for session in sessions:
-        session_model = model or str(session.metadata.get("model") or DEFAULT_MODEL)
-        traces = {
-            name: replay_session(
-                session.messages,
-                engine=name,
-                context_length=context_length,
-                model=session_model,
-                options=(options or {}).get(name),
-                session_id=session.id,
-                progress=progress,
+        if isinstance(session, SessionStream):
+            results.append(
+                compare_stream(
+                    session,
+                    engines,
+                    context_length=context_length,
+                    model=model,
+                    options=options,
+                    progress=progress,
+                )
             )
-            for name in engines
-        }
+            continue
+        session_model = model or str(session.metadata.get("model") or DEFAULT_MODEL)
+        recorded: list[Any] = sorted(
+            (c for c in session.metadata.get("compactions") or [] if is_boundary(c)),
+            key=lambda c: int(c["index"]),
+        )
         results.append(
-            SessionComparison(
+            _compare(
                 session_id=session.id,
                 source=session.source,
                 format=session.format,
-                messages=len(session.messages),
-                traces=traces,
-                baseline=baseline_trace(
-                    session.messages, context_length=context_length, model=session_model
-                ),
-                recorded=recorded_trace(session, model=session_model),
+                messages=session.messages,
+                boundaries=_constant(recorded) if recorded else None,
+                engines=engines,
+                context_length=context_length,
                 model=session_model,
+                options=options,
+                progress=progress,
             )
         )
     return results
+
+
+def _constant(values: Sequence[Any]) -> Callable[[], Sequence[Any]]:
+    return lambda: values
