@@ -108,13 +108,110 @@ def test_429_honours_retry_after_then_succeeds(server: ScriptedOpenAIServer) -> 
     assert sleeps == [1.5]
 
 
-def test_retry_after_is_capped(server: ScriptedOpenAIServer) -> None:
+def test_a_retry_after_beyond_the_cap_fails_at_once_instead_of_sleeping(
+    server: ScriptedOpenAIServer,
+) -> None:
     server.add_error(429, headers={"Retry-After": "3600"})
     server.add_reply("summary")
     sleeps = Sleeps()
-    with _summarizer(server, sleeps, max_retry_after=30.0) as summarizer:
+    with (
+        _summarizer(server, sleeps, max_retry_after=30.0) as summarizer,
+        pytest.raises(SummarizerTransientError) as caught,
+    ):
         summarizer.summarize(REQUEST)
-    assert sleeps == [30.0]
+    assert sleeps == []
+    assert len(server.requests) == 1
+    assert (caught.value.cause, caught.value.retry_after) == ("rate_limited", 3600.0)
+
+
+class FakeClock:
+    """A monotonic clock that the recorded sleeps advance."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class AdvancingSleeps(Sleeps):
+    """Records the waits and moves a fake clock by them."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def __call__(self, seconds: float) -> None:
+        super().__call__(seconds)
+        self.clock.now += seconds
+
+
+def test_a_retry_after_beyond_the_deadline_fails_at_once(server: ScriptedOpenAIServer) -> None:
+    server.add_error(429, headers={"Retry-After": "5"})
+    server.add_reply("summary")
+    clock = FakeClock()
+    request = SummaryRequest(messages=REQUEST.messages, deadline=clock.now + 2.0)
+    with (
+        _summarizer(server, clock=clock) as summarizer,
+        pytest.raises(SummarizerTransientError) as caught,
+    ):
+        summarizer.summarize(request)
+    assert len(server.requests) == 1
+    assert caught.value.retry_after == 5.0
+
+
+def test_no_attempt_starts_after_the_deadline(server: ScriptedOpenAIServer) -> None:
+    for _ in range(3):
+        server.add_error(500)
+    clock = FakeClock()
+    sleeps = AdvancingSleeps(clock)
+    request = SummaryRequest(messages=REQUEST.messages, deadline=clock.now + 1.0)
+    with (
+        _summarizer(server, sleeps, backoff_base=0.6, max_retries=5, clock=clock) as summarizer,
+        pytest.raises(SummarizerTransientError) as caught,
+    ):
+        summarizer.summarize(request)
+    # 0.6 s of backoff fits before the deadline, the next 1.2 s does not.
+    assert sleeps == [0.6]
+    assert len(server.requests) == 2
+    assert caught.value.cause == "server_error"
+
+
+def test_a_slow_summariser_times_out_by_the_deadline(server: ScriptedOpenAIServer) -> None:
+    import time
+
+    server.add_delay(5.0)
+    server.add_reply("too late")
+    request = SummaryRequest(messages=REQUEST.messages, deadline=time.monotonic() + 0.3)
+    with (
+        _summarizer(server, timeout=30.0, max_retries=3) as summarizer,
+        pytest.raises(SummarizerTransientError) as caught,
+    ):
+        summarizer.summarize(request)
+    assert caught.value.cause == "timeout"
+    assert len(server.requests) <= 1
+
+
+@pytest.mark.parametrize(
+    ("script", "cause"),
+    [
+        pytest.param(lambda s: s.add_error(503), "server_error", id="503"),
+        pytest.param(lambda s: s.add_error(429), "rate_limited", id="429"),
+        pytest.param(lambda s: s.add_error(400), "bad_response", id="400"),
+        pytest.param(lambda s: s.add_malformed(), "bad_response", id="malformed"),
+        pytest.param(lambda s: s.add_drop(), "server_error", id="dropped"),
+    ],
+)
+def test_every_failure_carries_its_cause(
+    server: ScriptedOpenAIServer, script: Any, cause: str
+) -> None:
+    script(server)
+    with (
+        _summarizer(server, max_retries=0) as summarizer,
+        pytest.raises(SummarizerTransientError) as caught,
+    ):
+        summarizer.summarize(REQUEST)
+    assert caught.value.cause == cause
 
 
 def test_500_is_retried_with_backoff_then_fails_as_transient(

@@ -70,7 +70,23 @@ class VocabularyError(ContextEngineError):
 
 
 class SummarizerError(ContextEngineError):
-    """A summariser failed to produce a summary."""
+    """A summariser failed to produce a summary.
+
+    ``cause`` says why in one machine-readable word, the vocabulary of
+    :data:`contextengine.failure_policy.FailureCause` (``"auth"``,
+    ``"rate_limited"``, ``"timeout"``, ``"server_error"``, ``"bad_response"``);
+    the message keeps the provider's own words. ``retry_after`` is how long
+    the provider asked us to wait, in seconds, when it said so.
+    """
+
+    default_cause = "server_error"
+
+    def __init__(
+        self, message: str = "", *, cause: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.cause = cause or self.default_cause
+        self.retry_after = retry_after
 
 
 class SummarizerAuthError(SummarizerError):
@@ -79,6 +95,8 @@ class SummarizerAuthError(SummarizerError):
     Engines abort the compaction and keep the messages unchanged: retrying or
     falling back would hide a configuration problem the user must fix.
     """
+
+    default_cause = "auth"
 
 
 class SummarizerTransientError(SummarizerError):

@@ -9,12 +9,18 @@ the two errors an engine acts on:
   says the quota or billing is exhausted, or no API key for a remote server.
   Never retried: only the user can fix it, and the engine aborts the
   compaction rather than hide the problem behind a fallback.
-* :class:`~contextengine.SummarizerTransientError` — everything else.
-  Timeouts, connection errors (a dropped connection), 408, 429 and 5xx are
-  retried ``max_retries`` times with exponential backoff, honouring
-  ``Retry-After``; other 4xx and bad answers (malformed JSON, no choices, an
-  empty answer) fail at once, since asking again rarely changes them and the
-  engine has a fallback.
+* :class:`~contextengine.SummarizerTransientError` — everything else, with
+  its ``cause`` (``rate_limited``, ``timeout``, ``server_error``,
+  ``bad_response``). Timeouts, connection errors (a dropped connection), 408,
+  429 and 5xx are retried ``max_retries`` times with exponential backoff,
+  honouring ``Retry-After``; other 4xx and bad answers (malformed JSON, no
+  choices, an empty answer) fail at once, since asking again rarely changes
+  them and the engine has a fallback.
+
+Waiting is bounded: no single wait exceeds ``max_retry_after``, and the whole
+call ends by the request's ``deadline`` (the engine's wait cap). A
+``Retry-After`` longer than either is not slept: the call fails at once with
+``retry_after`` set, and the engine falls back and cools down for that long.
 
 The answer is cleaned of thinking blocks (``<think>…</think>``,
 ``<thinking>…</thinking>``); a ``reasoning_content`` field is ignored. No
@@ -104,8 +110,8 @@ def _error_fields(response: httpx.Response) -> tuple[str, str]:
     return "", _excerpt(response.text)
 
 
-def _retry_after(response: httpx.Response, cap: float) -> float | None:
-    """Seconds the server asked us to wait (``retry-after-ms`` or ``Retry-After``), capped."""
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``Retry-After``)."""
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         raw = response.headers.get(header)
         if raw is None:
@@ -114,7 +120,7 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
             seconds = float(raw.strip()) * scale
         except ValueError:
             continue  # an HTTP date: fall back to our own backoff
-        return min(max(seconds, 0.0), cap)
+        return max(seconds, 0.0)
     return None
 
 
@@ -128,8 +134,8 @@ class OpenAICompatibleSummarizer:
 
     ``client`` is used as is and left open (the caller owns it); otherwise the
     summariser creates its own on first use, with ``transport`` when given,
-    and :meth:`close` closes it. ``backoff_base`` and ``sleep`` exist so tests
-    can retry without waiting.
+    and :meth:`close` closes it. ``backoff_base``, ``sleep`` and ``clock``
+    exist so tests can retry without waiting.
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class OpenAICompatibleSummarizer:
         max_retry_after: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         extra_body: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key or None
@@ -162,6 +169,7 @@ class OpenAICompatibleSummarizer:
         self.max_retry_after = max_retry_after
         self.extra_body = dict(extra_body or {})
         self._sleep = sleep
+        self._clock = clock
         self._client = client
         self._owns_client = client is None
         self._transport = transport
@@ -240,38 +248,63 @@ class OpenAICompatibleSummarizer:
         headers = {"Content-Type": "application/json", "User-Agent": "contextengine"}
         if self.api_key is not None:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        deadline = request.deadline
         last_problem = "no attempt made"
+        cause = "server_error"
+        attempts = 0
         for attempt in range(self.max_retries + 1):
+            timeout = self.timeout
+            if deadline is not None:
+                timeout = min(timeout, deadline - self._clock())
+                if timeout <= 0:
+                    cause, last_problem = "timeout", "no time left for another attempt"
+                    break
+            attempts += 1
             wait: float | None = None
             try:
-                response = self._http().post(
-                    self.url, json=body, headers=headers, timeout=self.timeout
-                )
+                response = self._http().post(self.url, json=body, headers=headers, timeout=timeout)
             except httpx.TimeoutException as exc:
-                last_problem = f"timed out after {self.timeout:g} s ({type(exc).__name__})"
+                cause = "timeout"
+                last_problem = f"timed out after {timeout:g} s ({type(exc).__name__})"
             except httpx.TransportError as exc:
+                cause = "server_error"
                 last_problem = f"connection failed: {type(exc).__name__}: {exc}"
             else:
                 outcome = self._judge(response)
                 if isinstance(outcome, str):
                     return outcome
-                last_problem, retryable = outcome
+                last_problem, retryable, cause = outcome
                 if not retryable:
-                    raise SummarizerTransientError(f"summariser request failed: {last_problem}")
-                wait = _retry_after(response, self.max_retry_after)
+                    raise SummarizerTransientError(
+                        f"summariser request failed: {last_problem}", cause=cause
+                    )
+                wait = _retry_after(response)
+                left = None if deadline is None else deadline - self._clock()
+                if wait is not None and (
+                    wait > self.max_retry_after or (left is not None and wait > left)
+                ):
+                    # Asked to wait longer than we may: fall back now, cool down that long.
+                    raise SummarizerTransientError(
+                        f"summariser request failed: {last_problem}; it asked to retry after"
+                        f" {wait:g} s, longer than this compaction may wait",
+                        cause=cause,
+                        retry_after=wait,
+                    )
             if attempt == self.max_retries:
                 break
             if wait is None:
                 wait = min(self.backoff_base * (2**attempt), self.backoff_cap)
+            if deadline is not None and self._clock() + wait >= deadline:
+                break  # the next attempt could not start in time
             self._sleep(wait)
-        attempts = self.max_retries + 1
         raise SummarizerTransientError(
-            f"summariser request failed after {attempts} attempt{'s' * (attempts > 1)}: "
-            f"{last_problem}"
+            f"summariser request failed after {attempts} attempt{'s' * (attempts != 1)}: "
+            f"{last_problem}",
+            cause=cause,
         )
 
-    def _judge(self, response: httpx.Response) -> str | tuple[str, bool]:
-        """The summary, or ``(problem, retryable)``; raises SummarizerAuthError."""
+    def _judge(self, response: httpx.Response) -> str | tuple[str, bool, str]:
+        """The summary, or ``(problem, retryable, cause)``; raises SummarizerAuthError."""
         status = response.status_code
         if status >= 400:
             code, message = _error_fields(response)
@@ -281,14 +314,28 @@ class OpenAICompatibleSummarizer:
                 status == 429 and any(word in lowered for word in _QUOTA_WORDS)
             ):
                 raise SummarizerAuthError(problem)
-            return problem, status == 429 or status >= 500 or status == 408
+            if status == 429:
+                return problem, True, "rate_limited"
+            if status == 408:
+                return problem, True, "timeout"
+            if status >= 500:
+                return problem, True, "server_error"
+            return problem, False, "bad_response"
         try:
             payload = response.json()
         except ValueError:
-            return f"malformed JSON from {self.url}: {_excerpt(response.text)!r}", False
+            return (
+                f"malformed JSON from {self.url}: {_excerpt(response.text)!r}",
+                False,
+                "bad_response",
+            )
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return f"no choices in the answer from {self.url}: {_excerpt(response.text)!r}", False
+            return (
+                f"no choices in the answer from {self.url}: {_excerpt(response.text)!r}",
+                False,
+                "bad_response",
+            )
         reply = choices[0].get("message")
         content: Any = reply.get("content") if isinstance(reply, dict) else None
         if isinstance(content, list):
@@ -297,7 +344,7 @@ class OpenAICompatibleSummarizer:
             )
         text = strip_thinking(content) if isinstance(content, str) else ""
         if not text:
-            return f"empty summary from {self.url} (model {self.model!r})", False
+            return f"empty summary from {self.url} (model {self.model!r})", False, "bad_response"
         return text
 
 

@@ -83,6 +83,10 @@ class SummaryRequest:
     #: with a kind of :data:`contextengine.anchors.ANCHOR_KINDS` (``"files:src/app.py"``),
     #: most mentioned and most recent first. Empty when the engine did not collect them.
     anchors: tuple[str, ...] = ()
+    #: ``time.monotonic()`` by which the summary must be back, or None for no limit:
+    #: the engine's wait cap (:mod:`contextengine.failure_policy`). A summariser
+    #: that cannot finish by then (a ``Retry-After`` beyond it) fails at once.
+    deadline: float | None = None
 
 
 @runtime_checkable

@@ -24,20 +24,21 @@ then :meth:`~ContextCompressor.should_compress` and, when that says yes,
 
 Failures never lose data: an auth error aborts and returns the messages
 unchanged; any other summariser failure falls back to the offline
-:class:`~contextengine.DeterministicSummarizer` and starts a cooldown (60 s,
-300 s, 900 s) for automatic compaction. Two compactions in a row that leave
-the next real prompt over the threshold block automatic compaction as
-``"ineffective"``, with one retry after every three blocked turns, so a
-context whose floor is above the threshold is compacted at most 3 times in
-any 6 turns.
+:class:`~contextengine.DeterministicSummarizer`. Cooldowns, the anti-thrash
+block and the cap on waiting for the summariser are the shared
+:class:`~contextengine.failure_policy.FailurePolicy`: a failure starts a
+cooldown (60 s, 300 s, 900 s, or the provider's ``Retry-After``) for
+automatic compaction; two compactions in a row that leave the next real
+prompt over the threshold block automatic compaction as ``"ineffective"``,
+with one retry after every three blocked turns. The report says why in one
+word (:attr:`CompressionReport.cause`) and in the provider's (``error``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextengine.anchors import message_anchors
@@ -52,6 +53,13 @@ from contextengine.engines.compressor.prune import prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import is_summary_message, place_summary
 from contextengine.errors import SummarizerAuthError
+from contextengine.failure_policy import (
+    COOLDOWN_STEPS_S,
+    DEFAULT_MAX_WAIT_S,
+    FailureCause,
+    FailurePolicy,
+    cause_of,
+)
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.summarizers import Summarizer, SummaryRequest
 from contextengine.summary_prompt import render_summary_prompt
@@ -72,15 +80,8 @@ __all__ = [
 
 Message = dict[str, Any]
 
-#: Cooldowns after the 1st, 2nd and every later consecutive summariser failure.
-COOLDOWN_STEPS_S = (60.0, 300.0, 900.0)
 #: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
 MIN_PRUNE_RECLAIM_TOKENS = 4_096
-# Consecutive ineffective compactions that block automatic compaction, and the
-# blocked real readings after which one more attempt is allowed. With 2 and 3,
-# attempts land on turns 1, 2, 6, 10, ...: never more than 3 in any 6 turns.
-_INEFFECTIVE_LIMIT = 2
-_THRASH_RETRY_TURNS = 3
 # Rough growth since the last real reading below which preflight waits for the
 # provider's count, as a share of the threshold.
 _SMALL_GROWTH_SHARE = 0.1
@@ -117,6 +118,11 @@ class CompressionReport:
     shrunk_arguments: int = 0
     #: Messages folded into the summary (0 when pass 1 sufficed).
     summarized_messages: int = 0
+    #: Why the compaction failed, fell back or freed nothing, in one word
+    #: (:data:`~contextengine.failure_policy.FailureCause`), else None.
+    cause: FailureCause | None = None
+    #: The summariser's (or provider's) own words about the failure, else None.
+    error: str | None = None
 
 
 class ContextCompressor(ContextEngine):
@@ -135,7 +141,9 @@ class ContextCompressor(ContextEngine):
     ``summary_input_chars`` bounds how much of the middle is sent to the
     summariser in full (newest first; see :mod:`.request`).
     ``clock`` (seconds, monotonic) times the cooldowns; tests inject a fake.
-    ``proactive_prune_tokens`` opts in to :meth:`prune_tool_results_only`.
+    ``max_summary_wait_s`` caps how long one compaction waits on the
+    summariser, retries included. ``proactive_prune_tokens`` opts in to
+    :meth:`prune_tool_results_only`.
     """
 
     def __init__(
@@ -155,6 +163,7 @@ class ContextCompressor(ContextEngine):
         target_tokens: int | None = None,
         summary_input_chars: int = DEFAULT_SUMMARY_INPUT_CHARS,
         clock: Callable[[], float] = time.monotonic,
+        max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
@@ -177,11 +186,10 @@ class ContextCompressor(ContextEngine):
         self._summarizer = summarizer
         self._clock = clock
         self.last_compression: CompressionReport | None = None
-        self._failures = 0
-        self._cooldown_until = 0.0
-        self._ineffective_streak = 0
-        self._blocked_turns = 0
-        self._awaiting_verdict = False
+        #: Cooldowns, anti-thrash and the wait cap, shared with every engine.
+        self.failure_policy = FailurePolicy(
+            cooldown_steps_s=COOLDOWN_STEPS_S, max_wait_s=max_summary_wait_s, clock=clock
+        )
         self._pending_rough: int | None = None
         self._rough_at_usage: int | None = None
         # The history already seen by on_turn_complete: its length and last message.
@@ -217,8 +225,11 @@ class ContextCompressor(ContextEngine):
         """Adopt a model; re-derive the budgets and clear the anti-thrash block.
 
         Called at construction and by the host on every model switch: a new
-        context length makes the old "ineffective" verdict meaningless.
+        context length makes the old "ineffective" verdict meaningless, and
+        another model makes the old cooldown meaningless too.
         """
+        if model != self.model:
+            self.failure_policy.reset()
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         threshold = self.threshold_tokens
         self.tail_token_budget = (
@@ -236,7 +247,7 @@ class ContextCompressor(ContextEngine):
             if self._target_setting is not None
             else int(threshold * self.target_percent)
         )
-        self._clear_thrash()
+        self.failure_policy.clear_thrash()
 
     def update_from_response(self, usage: dict[str, Any]) -> None:
         """Observe a response's usage; judge the last compaction on the real count.
@@ -254,14 +265,7 @@ class ContextCompressor(ContextEngine):
         if prompt <= 0:
             return  # no usage reported: nothing to judge on
         self._rough_at_usage = self._pending_rough
-        if prompt < self.threshold_tokens:
-            self._clear_thrash()
-        elif self._awaiting_verdict:
-            self._ineffective_streak += 1
-            self._blocked_turns = 0
-        elif self._ineffective_streak >= _INEFFECTIVE_LIMIT:
-            self._blocked_turns += 1
-        self._awaiting_verdict = False
+        self.failure_policy.observe_prompt(prompt, self.threshold_tokens)
 
     # ------------------------------------------------------------------ decisions
 
@@ -275,14 +279,9 @@ class ContextCompressor(ContextEngine):
         tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
         if tokens < self.threshold_tokens:
             return False, "below_threshold"
-        remaining = self._cooldown_remaining()
-        if remaining > 0:
-            return False, f"cooldown:{math.ceil(remaining)}"
-        if (
-            self._ineffective_streak >= _INEFFECTIVE_LIMIT
-            and self._blocked_turns < _THRASH_RETRY_TURNS
-        ):
-            return False, "ineffective"
+        blocked = self.failure_policy.block()
+        if blocked is not None:
+            return False, blocked[1]
         return True, None
 
     def should_compress_preflight(self, messages: list[Message]) -> bool:
@@ -371,7 +370,7 @@ class ContextCompressor(ContextEngine):
         report = CompressionReport(messages_before=len(messages))
         self.last_compression = report
         if force:
-            self._clear_thrash()
+            self.failure_policy.clear_thrash()
         try:
             result = self._compress(
                 messages, report, current_tokens, focus_topic, force, memory_context
@@ -577,33 +576,49 @@ class ContextCompressor(ContextEngine):
     def _summarize(
         self, request: SummaryRequest, input_tokens: int, force: bool, report: CompressionReport
     ) -> tuple[str | None, str]:
-        """The summary body, or (None, why) when the compaction must abort."""
+        """The summary body, or (None, why) when the compaction must abort.
+
+        Failures follow the shared :class:`~contextengine.failure_policy.FailurePolicy`:
+        an auth error aborts (and cools down); any other failure, a summary
+        no smaller than its input, or a cooldown in progress means the
+        offline fallback writes the summary. The report records the cause.
+        """
+        policy = self.failure_policy
         primary = self.summarizer
-        failure = ""
-        if not force and self._cooldown_remaining() > 0:
+        cause: FailureCause
+        if not force and policy.cooldown_remaining() > 0:
             # The failing summariser is not called again before its cooldown ends;
             # a compaction that must happen anyway (overflow) gets the fallback.
-            failure = "cooldown"
+            cause, error = "cooldown", f"cooling down for {policy.cooldown_remaining():.0f} s"
+            policy.record(cause, error)
         else:
             report.summarizer_calls += 1
+            request = replace(request, deadline=policy.wait_deadline())
             try:
                 body = primary.summarize(request)
             except SummarizerAuthError as exc:
-                self._register_failure()
+                policy.summarizer_failed("auth", str(exc))
+                report.cause, report.error = "auth", str(exc)
                 return None, f"summarizer_auth: {exc}"
             except Exception as exc:  # any failure falls back: none may lose data
-                failure = f"{type(exc).__name__}: {exc}"
+                cause, error = cause_of(exc), f"{type(exc).__name__}: {exc}"
+                policy.summarizer_failed(
+                    cause, error, retry_after=getattr(exc, "retry_after", None)
+                )
             else:
-                failure = _check_summary(body, input_tokens, self.model)
-                if not failure:
-                    self._failures = 0
-                    self._cooldown_until = 0.0
+                problem = _check_summary(body, input_tokens, self.model)
+                if problem is None:
+                    policy.summarizer_succeeded()
                     return body.strip(), ""
-            self._register_failure()
+                cause, error = problem
+                policy.summarizer_failed(cause, error)
         report.fallback_used = True
-        report.reason = f"fallback: {failure}"[:300]
-        if isinstance(primary, _deterministic_class()) and failure != "cooldown":
-            return None, f"summarizer_failed: {failure}"
+        report.cause, report.error = cause, error
+        report.reason = ("fallback: cooldown" if cause == "cooldown" else f"fallback: {error}")[
+            :300
+        ]
+        if isinstance(primary, _deterministic_class()) and cause != "cooldown":
+            return None, f"summarizer_failed: {error}"
         report.summarizer_calls += 1
         try:
             body = _deterministic().summarize(request)
@@ -641,7 +656,7 @@ class ContextCompressor(ContextEngine):
         report.messages_after = len(output)
         self.compression_count += 1
         self.last_prompt_tokens = -1
-        self._awaiting_verdict = True
+        self.failure_policy.compaction_committed()
         return output
 
     def _no_change(
@@ -649,9 +664,11 @@ class ContextCompressor(ContextEngine):
     ) -> list[Message]:
         # A compaction that frees nothing is as ineffective as one whose next
         # reading stays over the threshold: it counts toward the block at once.
-        self._ineffective_streak += 1
-        self._blocked_turns = 0
-        return self._abort(messages, report, reason)
+        self.failure_policy.freed_nothing()
+        result = self._abort(messages, report, reason)
+        if reason != "nothing_to_compress":
+            report.cause = "ineffective"
+        return result
 
     def _abort(
         self, messages: list[Message], report: CompressionReport, reason: str
@@ -663,21 +680,6 @@ class ContextCompressor(ContextEngine):
         report.messages_after = len(messages)
         return messages
 
-    def _register_failure(self) -> None:
-        step = COOLDOWN_STEPS_S[min(self._failures, len(COOLDOWN_STEPS_S) - 1)]
-        self._failures += 1
-        self._cooldown_until = self._clock() + step
-
-    def _cooldown_remaining(self) -> float:
-        if self._cooldown_until <= 0:
-            return 0.0
-        return max(0.0, self._cooldown_until - self._clock())
-
-    def _clear_thrash(self) -> None:
-        self._ineffective_streak = 0
-        self._blocked_turns = 0
-        self._awaiting_verdict = False
-
 
 def _is_valid(messages: list[Message]) -> bool:
     try:
@@ -687,13 +689,17 @@ def _is_valid(messages: list[Message]) -> bool:
     return True
 
 
-def _check_summary(body: Any, input_tokens: int, model: str) -> str:
-    """Why a summariser's answer is unusable, or "" when it is fine."""
+def _check_summary(body: Any, input_tokens: int, model: str) -> tuple[FailureCause, str] | None:
+    """Why a summariser's answer is unusable, as (cause, words), or None when it is fine."""
     if not isinstance(body, str) or not body.strip():
-        return "empty summary"
-    if count_tokens(body, model or None) > input_tokens:
-        return "summary longer than its input"
-    return ""
+        return "bad_response", "empty summary"
+    tokens = count_tokens(body, model or None)
+    if tokens > input_tokens:
+        return (
+            "over_budget",
+            f"summary of {tokens} tokens is longer than its input ({input_tokens})",
+        )
+    return None
 
 
 def _deterministic_class() -> type[Any]:

@@ -15,9 +15,14 @@ summary that points at them (and several summaries with one of the next depth):
   then again with an aggressive one (half the budget, a terse instruction),
   then deterministic truncation, flagged ``fallback=True`` so it can be redone
   later. A result is accepted only when it is strictly smaller than its input.
-  A transient failure goes straight to truncation (the summariser is likely
-  down); an auth failure aborts the compaction with nothing of that step
-  persisted, because truncating would hide a configuration problem.
+  Failures follow the engine's shared
+  :class:`~contextengine.failure_policy.FailurePolicy`: a transient failure
+  goes straight to truncation, and the summariser is not called again for the
+  rest of the compaction nor, automatically, until its cooldown ends (so a
+  summariser that is down costs one call, not one per summary); an auth
+  failure aborts the compaction with nothing of that step persisted, because
+  truncating would hide a configuration problem. All the summariser calls of
+  one compaction share one wait cap.
 * **Bounds.** At most ``max_passes`` summaries per compaction and a wall-clock
   deadline (checked before every summariser call, with an injectable clock).
 * **Atomicity.** Every summary is written with its edges and its change to
@@ -50,6 +55,7 @@ from contextengine.engines.lossless.assemble import (
     summary_entry_tokens,
 )
 from contextengine.errors import StoreConflictError, SummarizerAuthError
+from contextengine.failure_policy import FailureCause, FailurePolicy, cause_of
 from contextengine.redact import redact_messages
 from contextengine.store.protocol import (
     ContextRef,
@@ -107,6 +113,10 @@ class CompactionSettings:
     model: str | None = None
     focus_topic: str | None = None
     memory_context: str = ""
+    #: The engine's failure policy; None: no cooldowns (the summariser is always called).
+    policy: FailurePolicy | None = None
+    #: A forced compaction (overflow, manual) calls the summariser even while it cools down.
+    force: bool = False
 
 
 @dataclass(kw_only=True)
@@ -120,6 +130,11 @@ class CompactionOutcome:
     #: Why the compaction stopped early: "auth: ...", "conflict: ...", "deadline",
     #: "max_passes", or None.
     stopped: str | None = None
+    #: Why summaries fell back or the compaction aborted, in one word
+    #: (:data:`~contextengine.failure_policy.FailureCause`), else None.
+    cause: FailureCause | None = None
+    #: The summariser's own words about that failure, else None.
+    error: str | None = None
 
     @property
     def aborted(self) -> bool:
@@ -171,6 +186,11 @@ def _for_summariser(messages: Sequence[Message]) -> list[Message]:
     return redact_messages(cleaned)
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    value = getattr(exc, "retry_after", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _truncate(text: str, max_tokens: int, model: str | None) -> str:
     encoding = get_encoding(encoding_for_model(model))
     tokens = encoding.encode(text, disallowed_special=())
@@ -185,6 +205,31 @@ class _Ladder:
     settings: CompactionSettings
     deadline: _Deadline
     calls: int = 0
+    #: The first failure of this compaction, as (cause, words); once set, the
+    #: summariser is not called again: the rest of the compaction falls back.
+    failure: tuple[FailureCause, str] | None = None
+    wait_deadline: float | None = None
+
+    def _usable(self) -> bool:
+        """Whether to call the summariser for the next summary, recording why not."""
+        if self.failure is not None:
+            return False
+        policy = self.settings.policy
+        if policy is None:
+            return True
+        if not self.settings.force and policy.cooldown_remaining() > 0:
+            words = f"cooling down for {policy.cooldown_remaining():.0f} s"
+            self.failure = ("cooldown", words)
+            policy.record("cooldown", words)
+            return False
+        if self.wait_deadline is None:
+            self.wait_deadline = policy.wait_deadline()
+        return True
+
+    def _failed(self, cause: FailureCause, words: str, retry_after: float | None = None) -> None:
+        self.failure = (cause, words)
+        if self.settings.policy is not None:
+            self.settings.policy.summarizer_failed(cause, words, retry_after=retry_after)
 
     def run(
         self,
@@ -198,8 +243,9 @@ class _Ladder:
     ) -> tuple[str, bool]:
         """(summary body, fallback used); raises SummarizerAuthError to abort."""
         model = self.settings.model
+        too_long = ""
         for level, level_budget in (("normal", budget), ("aggressive", max(16, budget // 2))):
-            if self.deadline.passed():
+            if self.deadline.passed() or not self._usable():
                 break
             prompt = render_summary_prompt(
                 messages=messages,
@@ -221,17 +267,29 @@ class _Ladder:
                 token_budget=level_budget,
                 prompt=prompt,
                 metadata={"engine": "lcm", "kind": kind, "depth": depth, "level": level},
+                deadline=self.wait_deadline,
             )
             self.calls += 1
             try:
                 text = self.summarizer.summarize(request)
-            except SummarizerAuthError:
+            except SummarizerAuthError as exc:
+                self._failed("auth", str(exc))
                 raise
-            except Exception:  # any other failure is transient: fall back
+            except Exception as exc:  # any other failure is transient: fall back
+                self._failed(cause_of(exc), f"{type(exc).__name__}: {exc}", _retry_after(exc))
                 break
             text = (text or "").strip()
-            if text and count_tokens(text, model) < input_tokens:
+            if not text:
+                self._failed("bad_response", "empty summary")
+                break
+            tokens = count_tokens(text, model)
+            if tokens < input_tokens:
+                if self.settings.policy is not None:
+                    self.settings.policy.summarizer_succeeded()
                 return text, False
+            too_long = f"a summary of {tokens} tokens for {input_tokens} tokens of input"
+        if too_long and self.failure is None:
+            self._failed("over_budget", too_long)
         source = (
             previous
             if kind == "condensed"
@@ -420,6 +478,8 @@ def run_compaction(
             break
         finally:
             outcome.summarizer_calls = ladder.calls
+            if ladder.failure is not None:
+                outcome.cause, outcome.error = ladder.failure
         if not record.source_ids:
             record = replace(record, source_ids=tuple(new.source_ids))
         summary = _summary_item(record, model)

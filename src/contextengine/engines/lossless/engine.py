@@ -57,6 +57,7 @@ from contextengine.engines.lossless.large_content import (
 )
 from contextengine.engines.lossless.tools import ToolContext, call_tool, tool_schemas
 from contextengine.engines.lossless.view import ActiveContext, IncrementalView
+from contextengine.failure_policy import DEFAULT_MAX_WAIT_S, FailurePolicy
 from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
@@ -94,7 +95,10 @@ class LosslessEngine(ContextEngine):
     Extras: ``session_key`` names the conversation opened when the host never
     calls ``on_session_start``; ``clock`` and ``compaction_deadline_s`` bound
     the wall-clock time of one compaction; ``max_passes`` the summaries it
-    writes; ``summary_tokens`` fixes the budget of one summary.
+    writes; ``summary_tokens`` fixes the budget of one summary;
+    ``max_summary_wait_s`` caps how long one compaction waits on the
+    summariser (the shared :class:`~contextengine.failure_policy.FailurePolicy`,
+    also timed by ``clock``, owns the cooldowns and the anti-thrash block).
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class LosslessEngine(ContextEngine):
         compaction_deadline_s: float = 60.0,
         max_passes: int = 64,
         summary_tokens: int | None = None,
+        max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
     ) -> None:
         self.threshold_percent = threshold_percent
         self.model_thresholds = {}
@@ -129,6 +134,8 @@ class LosslessEngine(ContextEngine):
         self._clock = clock
         self.compaction_deadline_s = compaction_deadline_s
         self.max_passes = max_passes
+        #: Cooldowns, anti-thrash and the wait cap, shared with every engine.
+        self.failure_policy = FailurePolicy(max_wait_s=max_summary_wait_s, clock=clock)
         #: What the last compaction did (summaries written, fallback, why it stopped).
         self.last_compression: CompactionOutcome | None = None
         self._reset_conversation_state()
@@ -466,6 +473,7 @@ class LosslessEngine(ContextEngine):
         self.last_total_tokens = normal["total_tokens"]
         if self._last_view_tokens and normal["prompt_tokens"]:
             self._overhead = max(0, normal["prompt_tokens"] - self._last_view_tokens)
+        self.failure_policy.observe_prompt(normal["prompt_tokens"], self.threshold_tokens)
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """Whether the view passes the threshold and something can be summarised.
@@ -475,12 +483,22 @@ class LosslessEngine(ContextEngine):
         a given ``prompt_tokens`` counts when smaller, since a host that counts
         its full history overestimates what this engine sends.
         """
+        return self.should_compress_info(prompt_tokens)[0]
+
+    def should_compress_info(self, prompt_tokens: int | None = None) -> tuple[bool, str | None]:
+        """The decision and, when the view is over the threshold but it is no, why:
+        ``"cooldown:<seconds>"`` or ``"ineffective"`` (the shared failure policy)."""
         if self.threshold_tokens <= 0 or not self._context:
-            return False
+            return False, None
         tokens = self._estimate_tokens() + self._overhead
         if prompt_tokens is not None and prompt_tokens >= 0:
             tokens = min(tokens, prompt_tokens)
-        return tokens >= self.threshold_tokens and self._compressible()
+        if tokens < self.threshold_tokens:
+            return False, "below_threshold"
+        blocked = self.failure_policy.block()
+        if blocked is not None:
+            return False, blocked[1]
+        return self._compressible(), None
 
     def should_compress_preflight(self, messages: list[Message]) -> bool:
         """Store the history's new messages, then judge the view they make (before sending).
@@ -514,6 +532,8 @@ class LosslessEngine(ContextEngine):
         fresh tail alone exceeds it.
         """
         self._ingest(messages)
+        if force:
+            self.failure_policy.clear_thrash()
         settings = CompactionSettings(
             leaf_chunk_tokens=self.leaf_chunk_tokens,
             condense_fanin=self.condense_fanin,
@@ -525,6 +545,8 @@ class LosslessEngine(ContextEngine):
             model=self.model or None,
             focus_topic=focus_topic,
             memory_context=sanitize_memory_context(memory_context) if memory_context else "",
+            policy=self.failure_policy,
+            force=force,
         )
         assert self._conversation_id is not None or not self._context
         if self._conversation_id is not None:
@@ -557,6 +579,9 @@ class LosslessEngine(ContextEngine):
             if outcome.written:
                 self.compression_count += 1
                 self.last_prompt_tokens = -1
+                self.failure_policy.compaction_committed()
+            elif not outcome.stopped:
+                self.failure_policy.freed_nothing()
         view = self._assemble().messages
         if view:
             # A host that replaces its history with this view hands it back grown:
@@ -581,6 +606,25 @@ class LosslessEngine(ContextEngine):
         """Store what is left of the session; the archive keeps it for later resumption."""
         self._ingest(messages)
         self._store.sync()
+
+    def update_model(
+        self,
+        model: str,
+        context_length: int,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+    ) -> None:
+        """Adopt a model and its context length; another model clears the failure policy.
+
+        Called at construction and by the host on every model switch. The
+        view is rebuilt on the next request (token counts are per model).
+        """
+        if model != self.model:
+            self.failure_policy.reset()
+        super().update_model(model, context_length, base_url, api_key, provider, api_mode)
+        self._view.invalidate()
 
     def on_session_reset(self) -> None:
         """Forget the token state and the open conversation; the next hook opens a new one."""
@@ -624,6 +668,7 @@ class LosslessEngine(ContextEngine):
                 "context_messages": self._context.message_count,
                 "context_summaries": self._context.summary_count,
                 "view_tokens": self._last_view_tokens,
+                **self.failure_policy.status(),
             }
         )
         return status
