@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-import contextengine._host_core as host_module
+import contextengine._host_requests as requests_module
+import contextengine._host_state as state_module
 from contextengine.engine import ContextEngine
 from contextengine.events import CompactionEvent, Event, HostEvent
 from contextengine.host import ContextHost
@@ -215,8 +216,9 @@ def test_a_block_reason_is_reported_once_per_turn() -> None:
     host, events = make_host(engine, context_length=200)  # the conversation is over the threshold
     host.prepare_request(conversation(2))
     host.prepare_request(conversation(2))
-    (warning,) = warnings_of(events, "compaction_blocked")
-    assert "cooling down" in (warning.message or "")
+    (skipped,) = compactions(events)
+    assert skipped.aborted and skipped.passes == 0 and skipped.level == "warning"
+    assert skipped.reason == "cooling down" and "cooling down" in (skipped.message or "")
     assert not engine.calls_to("compress")
     assert not engine.calls_to("should_compress_preflight")  # a block holds for preflight too
 
@@ -569,18 +571,18 @@ def test_cache_breakpoints_follow_the_selected_context() -> None:
 def test_per_request_work_is_proportional_to_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     estimated: list[int] = []
     sanitized: list[int] = []
-    real_rough, real_sanitize = host_module._rough_one, host_module.sanitize_tool_pairs
+    real_rough, real_sanitize = state_module._rough_one, requests_module.sanitize_tool_pairs
 
     def counting_rough(msg: Message) -> int:
         estimated.append(1)
         return real_rough(msg)
 
-    def counting_sanitize(messages: list[Message]) -> list[Message]:
+    def counting_sanitize(messages: list[Message], repairs: Any = None) -> list[Message]:
         sanitized.append(len(messages))
-        return real_sanitize(messages)
+        return real_sanitize(messages, repairs)
 
-    monkeypatch.setattr(host_module, "_rough_one", counting_rough)
-    monkeypatch.setattr(host_module, "sanitize_tool_pairs", counting_sanitize)
+    monkeypatch.setattr(state_module, "_rough_one", counting_rough)
+    monkeypatch.setattr(requests_module, "sanitize_tool_pairs", counting_sanitize)
     host, _ = make_host(RecordingEngine())
     history = conversation(300)
     host.prepare_request(history)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import contextengine._host_core as host_core
+import contextengine._host_requests as host_requests
 from contextengine import ContextHost
 from contextengine.engines.lossless import LosslessEngine
 from contextengine.engines.lossless.assemble import assemble_view
@@ -140,13 +140,13 @@ def test_the_host_checks_only_what_the_view_appended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checked: list[int] = []
-    real = host_core._checked
+    real = host_requests.validate_messages
 
-    def counting(messages: list[Message]) -> list[Message]:
+    def counting(messages: list[Message]) -> None:
         checked.append(len(messages))
-        return real(messages)
+        real(messages)
 
-    monkeypatch.setattr(host_core, "_checked", counting)
+    monkeypatch.setattr(host_requests, "validate_messages", counting)
     engine = LosslessEngine(context_length=10_000_000, store=tmp_path / "a.db")
     host = ContextHost(engine, model="gpt-4o", context_length=10_000_000)
     host.start_session("s")

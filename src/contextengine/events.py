@@ -48,10 +48,22 @@ class CompactionEvent:
     reports them (see ``ContextHost``), else 0 and False. ``aborted`` is True
     when the history was left unchanged: the engine raised, returned invalid
     messages, declined, or had nothing to compress. New fields get defaults.
+
+    ``trigger`` says why the attempt ran ("usage over the threshold", "manual
+    request"...). ``reason`` is empty when the compaction went as planned,
+    and otherwise says in one machine-readable word why it failed, fell back
+    to the offline summary, freed nothing or was skipped: a
+    :data:`~contextengine.failure_policy.FailureCause` (``auth``,
+    ``rate_limited``, ``timeout``, ``server_error``, ``bad_response``,
+    ``over_budget``, ``cooldown``, ``ineffective``) or ``engine_error`` when
+    the engine raised or returned invalid messages. Such events have level
+    ``warning`` (``error`` for ``auth`` and ``engine_error``), the provider's
+    own words in ``error`` and a ``message`` a person understands.
     """
 
     phase: Phase
     reason: str = ""
+    trigger: str = ""
     tokens_before: int = 0
     tokens_after: int = 0
     messages_before: int = 0

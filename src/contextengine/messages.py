@@ -17,7 +17,8 @@ results that follow it form one unbreakable group.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from contextengine.anthropic_format import from_anthropic, to_anthropic
 from contextengine.errors import InvalidMessagesError
@@ -26,6 +27,7 @@ __all__ = [
     "KNOWN_ROLES",
     "PLACEHOLDER_FOR_REMOVED_CALLS",
     "Message",
+    "Repair",
     "align_cut_backward",
     "align_cut_forward",
     "from_anthropic",
@@ -45,6 +47,31 @@ KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "fu
 
 #: Text given to an assistant message left with neither content nor tool calls.
 PLACEHOLDER_FOR_REMOVED_CALLS = "(tool call removed: its result was lost)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repair:
+    """One thing :func:`sanitize_tool_pairs` repaired, for the warning a host emits.
+
+    ``kind`` is ``"unanswered_call"`` (a call whose result was lost: removed),
+    ``"orphan_result"`` (a result answering no call: dropped),
+    ``"duplicate_result"`` (a second result for one call: dropped),
+    ``"empty_tool_calls"`` (``tool_calls: []``: removed) or
+    ``"empty_assistant"`` (an assistant message with neither content nor tool
+    calls, such as a thinking-only turn: given empty text). ``index`` is the
+    message's position in the input; ``call_id`` and ``name`` name the call.
+    """
+
+    kind: Literal[
+        "unanswered_call",
+        "orphan_result",
+        "duplicate_result",
+        "empty_tool_calls",
+        "empty_assistant",
+    ]
+    index: int
+    call_id: str = ""
+    name: str = ""
 
 
 # ---------------------------------------------------------------------------- validation
@@ -200,7 +227,9 @@ def tool_call_ids(message: Message) -> list[str]:
     return [keys[0] for keys in map(_call_keys, message["tool_calls"]) if keys]
 
 
-def sanitize_tool_pairs(messages: Sequence[Message]) -> list[Message]:
+def sanitize_tool_pairs(
+    messages: Sequence[Message], repairs: list[Repair] | None = None
+) -> list[Message]:
     """Return the messages with every tool call answered and every tool result called.
 
     A group is an assistant message with tool calls and the run of ``tool``
@@ -209,10 +238,13 @@ def sanitize_tool_pairs(messages: Sequence[Message]) -> list[Message]:
     message (no result is invented), and a result that answers none of the
     group's calls, or answers one a second time, is dropped. A ``tool`` message
     outside any group is dropped. An assistant message left with neither
-    content nor calls gets :data:`PLACEHOLDER_FOR_REMOVED_CALLS` as content.
+    content nor calls gets :data:`PLACEHOLDER_FOR_REMOVED_CALLS` as content;
+    one that never had either (a thinking-only turn, common in Claude Code and
+    Anthropic histories) gets empty text, keeping its other fields.
 
     Calls match on ``id`` and, where present, ``call_id``. Order is kept, the
     input is never mutated (changed messages are copies) and the work is linear.
+    Each repair is appended to ``repairs`` when a list is given.
     """
     result: list[Message] = []
     index = 0
@@ -220,28 +252,59 @@ def sanitize_tool_pairs(messages: Sequence[Message]) -> list[Message]:
     while index < total:
         message = messages[index]
         if message.get("role") == "tool":
-            index += 1  # outside any group: an orphan
+            if repairs is not None:  # outside any group: an orphan
+                repairs.append(_result_repair("orphan_result", index, message))
+            index += 1
             continue
         if not is_tool_call_message(message):
-            result.append(_without_empty_calls(message))
+            result.append(_without_empty_calls(message, index, repairs))
             index += 1
             continue
         end = index + 1
         while end < total and messages[end].get("role") == "tool":
             end += 1
-        result.extend(_pair_group(message, messages[index + 1 : end]))
+        result.extend(_pair_group(message, messages[index + 1 : end], index, repairs))
         index = end
     return result
 
 
-def _without_empty_calls(message: Message) -> Message:
-    """Drop an empty ``tool_calls`` list, which providers reject, from an assistant message."""
-    if message.get("role") != "assistant" or message.get("tool_calls") != []:
+def _result_repair(kind: Any, index: int, message: Message) -> Repair:
+    keys = _result_keys(message)
+    return Repair(kind=kind, index=index, call_id=keys[0] if keys else "")
+
+
+def _call_name(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _without_empty_calls(message: Message, index: int, repairs: list[Repair] | None) -> Message:
+    """Repair an assistant message providers would reject: ``tool_calls: []``, or nothing at all.
+
+    An empty ``tool_calls`` list is removed; a message with neither content
+    nor calls (nor a ``function_call`` or ``refusal`` standing in for them)
+    gets empty text, so a thinking-only turn stays in place with its thinking.
+    """
+    if message.get("role") != "assistant":
         return message
-    repaired = dict(message)
-    del repaired["tool_calls"]
-    _fill_placeholder(repaired)
-    return repaired
+    if message.get("tool_calls") == []:
+        repaired = dict(message)
+        del repaired["tool_calls"]
+        _fill_placeholder(repaired)
+        if repairs is not None:
+            repairs.append(Repair(kind="empty_tool_calls", index=index))
+        return repaired
+    if (
+        message.get("content") is None
+        and not message.get("tool_calls")
+        and "function_call" not in message
+        and "refusal" not in message
+    ):
+        if repairs is not None:
+            repairs.append(Repair(kind="empty_assistant", index=index))
+        return {**message, "content": ""}
+    return message
 
 
 def _fill_placeholder(assistant: Message) -> None:
@@ -250,7 +313,9 @@ def _fill_placeholder(assistant: Message) -> None:
         assistant["content"] = PLACEHOLDER_FOR_REMOVED_CALLS
 
 
-def _pair_group(assistant: Message, results: Sequence[Message]) -> list[Message]:
+def _pair_group(
+    assistant: Message, results: Sequence[Message], index: int, repairs: list[Repair] | None
+) -> list[Message]:
     calls = assistant["tool_calls"]
     owner: dict[str, int] = {}
     for position, call in enumerate(calls):
@@ -258,14 +323,29 @@ def _pair_group(assistant: Message, results: Sequence[Message]) -> list[Message]
             owner.setdefault(key, position)
     answered: set[int] = set()
     kept_results: list[Message] = []
-    for result in results:
+    for offset, result in enumerate(results, start=index + 1):
         match = next((owner[k] for k in _result_keys(result) if k in owner), None)
         if match is None or match in answered:
+            if repairs is not None:
+                kind = "orphan_result" if match is None else "duplicate_result"
+                repairs.append(_result_repair(kind, offset, result))
             continue
         answered.add(match)
         kept_results.append(result)
     if len(answered) == len(calls):
         return [assistant, *kept_results]
+    if repairs is not None:
+        for position, call in enumerate(calls):
+            if position not in answered:
+                keys = _call_keys(call)
+                repairs.append(
+                    Repair(
+                        kind="unanswered_call",
+                        index=index,
+                        call_id=keys[0] if keys else "",
+                        name=_call_name(call),
+                    )
+                )
     repaired = dict(assistant)
     kept_calls = [call for position, call in enumerate(calls) if position in answered]
     if kept_calls:

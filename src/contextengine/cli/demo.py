@@ -69,7 +69,9 @@ def _print_request(console: Console, step: DemoRequest, context_length: int) -> 
 
 def _print_compaction(console: Console, event: CompactionEvent) -> None:
     style = "yellow" if event.aborted or event.fallback_used else "green"
-    what = event.reason or ("aborted" if event.aborted else "compacted")
+    what = event.trigger or ("aborted" if event.aborted else "compacted")
+    if event.reason:
+        what += f"; {event.reason}"
     console.print(
         f"[{style}]⟳ compaction ({event.phase}, {what}): "
         f"{event.tokens_before:,} → {event.tokens_after:,} tokens, "

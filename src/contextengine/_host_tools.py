@@ -1,0 +1,51 @@
+"""The host's tool routing: the engine's own tools (``lcm_grep``...) beside the agent's.
+
+The agent adds :meth:`_ToolRouting._op_tool_schemas` to the tools it offers
+the model and hands every call to one of them to
+:meth:`_ToolRouting._op_tool_call`. A tool never raises into the agent loop:
+arguments that are not JSON, and an engine that fails, come back as a JSON
+``{"error": ...}`` the model can read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from contextengine._host_state import Message, Op, _describe, _hook, _HostState
+
+__all__ = ["_ToolRouting"]
+
+
+class _ToolRouting(_HostState):
+    """The engine's tool schemas, and its answers to the model's calls."""
+
+    def _op_tool_schemas(self) -> Op[list[dict[str, Any]]]:
+        try:
+            schemas = yield _hook(self.engine.get_tool_schemas, blocking=True)
+        except Exception as exc:
+            self._warn("hook_failed", f"get_tool_schemas failed: {_describe(exc)}")
+            return []
+        return list(schemas or [])
+
+    def _op_tool_call(self, name: str, args: Any, messages: list[Message] | None) -> Op[str]:
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                return json.dumps({"error": f"arguments are not valid JSON: {exc}"})
+        kwargs: dict[str, Any] = {}
+        if messages is not None:
+            kwargs["messages"] = messages
+        try:
+            result = yield _hook(
+                self.engine.handle_tool_call, name, dict(args or {}), blocking=True, **kwargs
+            )
+        except Exception as exc:
+            return json.dumps({"error": f"{name} failed: {_describe(exc)}"})
+        if isinstance(result, str):
+            return result
+        try:
+            return json.dumps(result, default=str)
+        except (TypeError, ValueError):
+            return json.dumps({"result": str(result)})
