@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -51,11 +51,15 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from contextengine.errors import StoreError
 from contextengine.store import _common
+from contextengine.store import bulk as _bulk
 from contextengine.store import search as _search
 from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
+    BODY_TSV,
+    SEGMENT_TSV,
+    index_words,
     search_regex,
     search_text,
     translate_regex,
@@ -71,6 +75,7 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
+from contextengine.store.segments import segment_text
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore", "translate_regex"]
 
@@ -127,6 +132,62 @@ def _from_pg_text(text: str, escaped: bool) -> str:
 
 def _lock_key(kind: str, schema: str, conversation_id: str) -> str:
     return f"contextengine.{kind}:{schema}:{conversation_id}"
+
+
+#: Message rows from arrays: the row, then ``index_words`` of its ``body`` and ``ctx``.
+_INSERT_MESSAGES = (
+    "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
+    " identity_key, created_at, body, ctx, tsv)"
+    " SELECT i, c, s, r, j, t, k, a, b, x, "
+    + BODY_TSV.replace("%s", "{}").format("w", "xw")
+    + " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::int[],"
+    " %s::text[], %s::float8[], %s::text[], %s::text[], %s::text[], %s::text[])"
+    " AS u(i, c, s, r, j, t, k, a, b, x, w, xw) ON CONFLICT DO NOTHING"
+)
+
+
+def _insert_segments(
+    conn: psycopg.Connection[Any], conversation_id: str, kind: int, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """Write segments ``k >= 1``: ``(owner, k, text, index_words(text))`` rows."""
+    if rows:
+        conn.execute(
+            "INSERT INTO search_segments (conversation_id, kind, owner, segment, body, tsv)"
+            " SELECT %s, %s, o, g, b, "
+            + SEGMENT_TSV.replace("%s", "w")
+            + " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[]) AS u(o, g, b, w)"
+            " ON CONFLICT DO NOTHING",
+            [conversation_id, kind, *(list(column) for column in zip(*rows, strict=True))],
+        )
+
+
+def insert_summary(
+    conn: psycopg.Connection[Any],
+    conversation_id: str,
+    values: Sequence[Any],
+    content: str,
+    *,
+    skip_existing: bool = False,
+) -> bool:
+    """Write one summary row and its index segments; False when it was there (``skip_existing``).
+
+    ``values`` are the ``_SUMMARY_COLUMNS`` after ``content`` was replaced by
+    its stored form (:func:`_to_pg_text`); ``content`` is the text itself.
+    Shared by :meth:`PostgresStore.commit_compaction` and ``archive migrate``.
+    """
+    segments = segment_text(content.replace("\x00", " "))
+    row = conn.execute(
+        f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body, tsv) VALUES"
+        " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+        + BODY_TSV
+        + (") ON CONFLICT DO NOTHING RETURNING pk" if skip_existing else ") RETURNING pk"),
+        (*values, segments[0], index_words(segments[0]), ""),
+    ).fetchone()
+    if row is None:
+        return False
+    later = [(int(row[0]), k, t, index_words(t)) for k, t in enumerate(segments) if k]
+    _insert_segments(conn, conversation_id, 1, later)
+    return True
 
 
 class PostgresStore(_common.StoreBase):
@@ -302,21 +363,19 @@ class PostgresStore(_common.StoreBase):
                 conversation_id, messages, keys, existing, count, now, counts.__getitem__
             )
             rows: list[tuple[Any, ...]] = []
+            later: list[tuple[Any, ...]] = []
             for i, m in new:
-                body = message_search_text(m.message).replace("\x00", " ")
+                segments = segment_text(message_search_text(m.message).replace("\x00", " "))
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
-                rows.append((*values, m.identity_key, now, body, previous[:CONTEXT_CHARS]))
-                previous = body
+                context = previous[:CONTEXT_CHARS]
+                words = (index_words(segments[0]), index_words(context))
+                rows.append((*values, m.identity_key, now, segments[0], context, *words))
+                later += [(m.seq, k, t, index_words(t)) for k, t in enumerate(segments) if k]
+                previous = segments[0]
             if rows:
                 # One statement over arrays: far faster than executemany's row-by-row protocol.
-                conn.execute(
-                    "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
-                    " identity_key, created_at, body, ctx)"
-                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[],"
-                    " %s::text[], %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[])"
-                    " ON CONFLICT DO NOTHING",
-                    [list(column) for column in zip(*rows, strict=True)],
-                )
+                conn.execute(_INSERT_MESSAGES, [list(column) for column in zip(*rows, strict=True)])
+                _insert_segments(conn, conversation_id, 0, later)
                 conn.execute(
                     "UPDATE conversations SET updated_at = %s WHERE id = %s",
                     (now, conversation_id),
@@ -325,6 +384,157 @@ class PostgresStore(_common.StoreBase):
             if to_context:
                 self._append_to_context(conn, conversation_id, stored)
         return stored
+
+    # ------------------------------------------------------------------ the bulk path
+
+    def import_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+        to_context: bool = False,
+    ) -> int:
+        """Store many messages fast (importers, replays); return how many were newly stored.
+
+        Stores exactly what ``append_messages`` with the same arguments stores,
+        in transactions of :data:`~contextengine.store.bulk.CHUNK` messages,
+        each written with ``COPY`` into a temporary table and one ``INSERT ...
+        SELECT`` (which computes ``tsv``), with the preparation in a second
+        thread (:mod:`contextengine.store.bulk`).
+        """
+        if not messages:
+            with self._tx() as conn:
+                self._require_conversation(conn, conversation_id)
+            return 0
+        start = start_seq
+        if start is None:
+            with self._tx() as conn:
+                self._require_conversation(conn, conversation_id)
+                count = self.message_count(conversation_id)
+                hashes = [_common.canonical_hash(m) for m in messages[: min(len(messages), count)]]
+                start = self._identity_start(conn, conversation_id, hashes, count)
+        chunks = _bulk.prepare_messages(
+            conversation_id, messages, start=start, token_counts=token_counts, count=self._count
+        )
+        return self._write_chunks(conversation_id, chunks, to_context=to_context)
+
+    def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
+        """Write messages read from another archive verbatim; return how many were new.
+
+        ``contextengine archive migrate`` uses it. Ids, identity keys, seqs,
+        token counts and timestamps are kept. Records whose identity is stored
+        are skipped; the others must continue the history (the first new one at
+        ``seq == message_count``, then one after another), else :class:`StoreError`.
+        """
+        return self._write_chunks(conversation_id, _bulk.prepare_records(records), to_context=False)
+
+    def _identity_start(
+        self, conn: psycopg.Connection[Any], conversation_id: str, hashes: Sequence[str], count: int
+    ) -> int:
+        def stored_json(lo: int, hi: int) -> list[str]:
+            rows = conn.execute(
+                "SELECT json FROM messages WHERE conversation_id = %s AND seq >= %s AND seq < %s"
+                " ORDER BY seq",
+                (conversation_id, lo, hi),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return _common.align_batch(stored_json, count, hashes)
+
+    def _write_chunks(
+        self,
+        conversation_id: str,
+        chunks: Iterator[list[_bulk.Prepared]],
+        *,
+        to_context: bool,
+    ) -> int:
+        stored = 0
+        expected: int | None = None  # the message count after our last chunk
+        seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
+        for chunk in _bulk.pipelined(chunks):
+            with self._tx() as conn:
+                self._lock_conversation(conn, conversation_id)
+                last = conn.execute(
+                    "SELECT seq, body FROM messages WHERE conversation_id = %s"
+                    " ORDER BY seq DESC LIMIT 1",
+                    (conversation_id,),
+                ).fetchone()
+                count = int(last[0]) + 1 if last else 0
+                previous = str(last[1]) if last else ""
+                existing: set[str] = set()
+                if count not in (0, expected):  # our own earlier chunks cannot hold these
+                    existing = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT identity_key FROM messages WHERE conversation_id = %s"
+                            " AND identity_key = ANY(%s)",
+                            (conversation_id, [p.key for p in chunk]),
+                        )
+                    }
+                now = self._clock()
+                rows: list[tuple[Any, ...]] = []
+                later: list[tuple[Any, ...]] = []
+                context: list[ContextRef] = []
+                for p in chunk:
+                    if p.key in existing or p.key in seen:
+                        continue
+                    if p.key.startswith("id:"):
+                        seen.add(p.key)
+                    seq = count + len(rows)
+                    if p.seq is not None and p.seq != seq:
+                        raise StoreError(
+                            f"copy_messages: message {p.id} has seq {p.seq} but the history of"
+                            f" {conversation_id!r} continues at {seq}"
+                        )
+                    segments = [t.replace("\x00", " ") for t in p.segments]
+                    ctx = previous[:CONTEXT_CHARS]
+                    created = now if p.created_at is None else p.created_at
+                    values = (p.id, conversation_id, seq, p.role, p.json, p.tokens, p.key, created)
+                    words = (index_words(segments[0]), index_words(ctx))
+                    rows.append((*values, segments[0], ctx, *words))
+                    later += [(seq, k, t, index_words(t)) for k, t in enumerate(segments) if k]
+                    previous = segments[0]
+                    if to_context and not (seq == 0 and p.role == "system"):
+                        context.append(ContextRef(kind="message", id=p.id))
+                if rows:
+                    self._copy_rows(conn, rows)
+                    _insert_segments(conn, conversation_id, 0, later)
+                    if context:
+                        self._insert_context(
+                            conn, conversation_id, self._context_end(conn, conversation_id), context
+                        )
+                    conn.execute(
+                        "UPDATE conversations SET updated_at = GREATEST(updated_at, %s)"
+                        " WHERE id = %s",
+                        (max(r[7] for r in rows), conversation_id),
+                    )
+                expected = count + len(rows)
+                stored += len(rows)
+        return stored
+
+    @staticmethod
+    def _copy_rows(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        """``COPY`` message rows into a temporary table, then one ``INSERT ... SELECT``.
+
+        ``COPY`` cannot compute ``tsv``; the ``INSERT`` does, from the words
+        the client sent. Dropped at commit, so it works behind PgBouncer's
+        transaction pooling too.
+        """
+        conn.execute(
+            "CREATE TEMP TABLE ce_import (i text, c text, s bigint, r text, j text, t int,"
+            " k text, a float8, b text, x text, w text, xw text) ON COMMIT DROP"
+        )
+        with conn.cursor().copy("COPY ce_import FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
+            " identity_key, created_at, body, ctx, tsv) SELECT i, c, s, r, j, t, k, a, b, x, "
+            + BODY_TSV.replace("%s", "{}").format("w", "xw")
+            + " FROM ce_import ORDER BY s"
+        )
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -439,9 +649,9 @@ class PostgresStore(_common.StoreBase):
                 self._check_refs(conn, conversation_id, source_kind, sources)
                 summary_id = summary_id_for(conversation_id, summary.kind, sources, summary.content)
                 content, escaped = _to_pg_text(summary.content)
-                conn.execute(
-                    f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body) VALUES"
-                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                insert_summary(
+                    conn,
+                    conversation_id,
                     (
                         summary_id,
                         conversation_id,
@@ -457,8 +667,8 @@ class PostgresStore(_common.StoreBase):
                         summary.descendant_count,
                         bool(summary.fallback),
                         now,
-                        summary.content.replace("\x00", " "),
                     ),
+                    summary.content,
                 )
                 if sources:
                     with conn.cursor() as cur:
@@ -579,18 +789,22 @@ class PostgresStore(_common.StoreBase):
         """
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         with self._tx() as conn:
+            # One snapshot for every query of the search.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self._require_conversation(conn, conversation_id)
             if mode == "regex":
-                hits, more = search_regex(
+                hits, resume = search_regex(
                     conn, conversation_id, query, scope, limit, offset, self._regex_timeout_ms
                 )
+                more, next_offset = resume is not None, resume or 0
             else:
                 hits, more = search_text(conn, conversation_id, query, scope, limit, offset)
+                next_offset = offset + limit
+                more = more and next_offset <= _search.MAX_OFFSET
             hits = with_summary_ids(conn, conversation_id, hits)
-        next_offset = offset + limit if mode == "text" else offset + len(hits)
         next_cursor = (
             _search.encode_cursor(conversation_id, mode, scope, query, next_offset)
-            if more and (mode == "regex" or next_offset <= _search.MAX_OFFSET)
+            if more
             else None
         )
         return SearchPage(results=hits, next_cursor=next_cursor)
@@ -654,6 +868,7 @@ class PostgresStore(_common.StoreBase):
                 **{k: one(f"SELECT COUNT(*) FROM {t}") for k, t in _common.TABLE_COUNTS.items()},
                 "index_rows": one(
                     "SELECT (SELECT COUNT(*) FROM messages) + (SELECT COUNT(*) FROM summaries)"
+                    " + (SELECT COUNT(*) FROM search_segments)"
                 ),
                 "file_bytes": one(
                     "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c"

@@ -46,19 +46,20 @@ Connections run in WAL mode (files), with foreign keys on, a busy timeout and
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 from contextengine.errors import StoreError
 from contextengine.store import _common
+from contextengine.store import bulk as _bulk
 from contextengine.store import search as _search
+from contextengine.store import sqlite_search as _sqlite_search
 from contextengine.store._common import identity_key, message_search_text
 from contextengine.store.ids import (
     conversation_id_for,
@@ -73,21 +74,37 @@ from contextengine.store.protocol import (
     ConversationInfo,
     LargeContent,
     NewSummary,
-    SearchHit,
     SearchPage,
     StoredMessage,
     SummaryRecord,
 )
+from contextengine.store.segments import segment_rowid, segment_text
 
 __all__ = ["SQLiteStore", "identity_key", "message_search_text"]
 
 Message = dict[str, Any]
 _CHUNK = 400  # parameters per IN (...) query, well under SQLite's limit
-_REGEX_DEADLINE_S = 3.0
+#: Page cache per connection: the archive's indexes (ids, identity keys) are
+#: written at random places, and SQLite's default 2 MB cache makes a bulk import
+#: re-read pages it just wrote.
+_CACHE_KIB = 64 * 1024
 _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, token_count, seq_start, seq_end, "
     "time_start, time_end, descendant_count, fallback, created_at"
 )
+
+
+def _index_rows(
+    rowid: int, token: str, segments: Sequence[str], previous: str
+) -> list[tuple[int, str, str, str]]:
+    """The ``search_index`` rows of one text: segment 0 at ``rowid`` with its context, then more.
+
+    ``rowid`` is the message's rowid or minus the summary's; ``previous`` is the
+    text of the message before (only its first :data:`~._common.CONTEXT_CHARS` are kept).
+    """
+    rows = [(rowid, token, segments[0], previous[: _common.CONTEXT_CHARS])]
+    rows += [(segment_rowid(rowid, k), token, text, "") for k, text in enumerate(segments) if k]
+    return rows
 
 
 class SQLiteStore(_common.StoreBase):
@@ -124,6 +141,7 @@ class SQLiteStore(_common.StoreBase):
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
             self._migrate()
         except BaseException:
             self._db.close()
@@ -171,6 +189,8 @@ class SQLiteStore(_common.StoreBase):
                 with self._write() as db:
                     for statement in migration.statements:
                         db.execute(statement)
+                    if migration.step is not None:
+                        migration.step(db)
                     db.execute(
                         "INSERT INTO schema_version VALUES (?, ?, ?)",
                         (migration.version, migration.description, self._clock()),
@@ -260,9 +280,9 @@ class SQLiteStore(_common.StoreBase):
                 rowid = max_rowid + 1 + n
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
                 rows.append((rowid, *values, m.identity_key, now))
-                text = message_search_text(m.message)
-                index_rows.append((rowid, token, text, previous[: _common.CONTEXT_CHARS]))
-                previous = text
+                segments = segment_text(message_search_text(m.message))
+                index_rows += _index_rows(rowid, token, segments, previous)
+                previous = segments[0]
             if rows:
                 db.executemany(
                     "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
@@ -284,7 +304,7 @@ class SQLiteStore(_common.StoreBase):
 
     @staticmethod
     def _last_text(db: sqlite3.Connection, conversation_id: str, count: int) -> str:
-        """The indexed text of the newest stored message: the context of the next one."""
+        """The first indexed segment of the newest stored message: the context of the next one."""
         if count == 0:
             return ""
         row = db.execute(
@@ -309,6 +329,151 @@ class SQLiteStore(_common.StoreBase):
             ).fetchall()
             found.update(r[0] for r in rows)
         return found
+
+    # ------------------------------------------------------------------ the bulk path
+
+    def import_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+        to_context: bool = False,
+    ) -> int:
+        """Store many messages fast (importers, replays); return how many were newly stored.
+
+        Stores exactly what ``append_messages`` with the same arguments stores,
+        in transactions of :data:`~contextengine.store.bulk.CHUNK` messages,
+        with the preparation (JSON, hashes, token counts) in a second thread
+        (:mod:`contextengine.store.bulk`).
+        """
+        token = self._search_token(conversation_id)
+        if not messages:
+            return 0
+        start = start_seq
+        if start is None:
+            head = min(len(messages), self.message_count(conversation_id))
+            hashes = [_common.canonical_hash(m) for m in messages[:head]]
+            with self._snapshot() as db:
+                start = self._align(db, conversation_id, hashes)
+        chunks = _bulk.prepare_messages(
+            conversation_id, messages, start=start, token_counts=token_counts, count=self._count
+        )
+        return self._write_chunks(conversation_id, token, chunks, to_context=to_context)
+
+    def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
+        """Write messages read from another archive verbatim; return how many were new.
+
+        ``contextengine archive migrate`` uses it. Ids, identity keys, seqs,
+        token counts and timestamps are kept. Records whose identity is stored
+        are skipped; the others must continue the history (the first new one at
+        ``seq == message_count``, then one after another), else
+        :class:`StoreError`.
+        """
+        token = self._search_token(conversation_id)
+        return self._write_chunks(
+            conversation_id, token, _bulk.prepare_records(records), to_context=False
+        )
+
+    def _align(self, db: sqlite3.Connection, conversation_id: str, hashes: Sequence[str]) -> int:
+        """Where a batch without ``start_seq`` starts (the rule of ``append_messages``)."""
+        (count,) = db.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+
+        def stored_json(lo: int, hi: int) -> list[str]:
+            rows = db.execute(
+                "SELECT json FROM messages WHERE conversation_id = ? AND seq >= ? AND seq < ?"
+                " ORDER BY seq",
+                (conversation_id, lo, hi),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return _common.align_batch(stored_json, int(count), hashes)
+
+    def _write_chunks(
+        self,
+        conversation_id: str,
+        token: str,
+        chunks: Iterator[list[_bulk.Prepared]],
+        *,
+        to_context: bool,
+    ) -> int:
+        stored = 0
+        expected: int | None = None  # the message count after our last chunk
+        seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
+        for chunk in _bulk.pipelined(chunks):
+            with self._write() as db:
+                (count,) = db.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
+                    (conversation_id,),
+                ).fetchone()
+                # Our own earlier chunks cannot hold these identities; anything else might.
+                existing = (
+                    set()
+                    if count == expected or count == 0
+                    else self._existing_keys(db, conversation_id, [p.key for p in chunk])
+                )
+                (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()
+                previous = self._last_text(db, conversation_id, count)
+                now = self._clock()
+                rows: list[tuple[Any, ...]] = []
+                index_rows: list[tuple[int, str, str, str]] = []
+                context: list[ContextRef] = []
+                for p in chunk:
+                    if p.key in existing or p.key in seen:
+                        continue
+                    if p.key.startswith("id:"):
+                        seen.add(p.key)
+                    seq = count + len(rows)
+                    if p.seq is not None and p.seq != seq:
+                        raise StoreError(
+                            f"copy_messages: message {p.id} has seq {p.seq} but the history of"
+                            f" {conversation_id!r} continues at {seq}"
+                        )
+                    rowid = max_rowid + 1 + len(rows)
+                    created = now if p.created_at is None else p.created_at
+                    rows.append(
+                        (
+                            rowid,
+                            p.id,
+                            conversation_id,
+                            seq,
+                            p.role,
+                            p.json,
+                            p.tokens,
+                            p.key,
+                            created,
+                        )
+                    )
+                    index_rows += _index_rows(rowid, token, p.segments, previous)
+                    previous = p.segments[0]
+                    if to_context and not (seq == 0 and p.role == "system"):
+                        context.append(ContextRef(kind="message", id=p.id))
+                if rows:
+                    db.executemany(
+                        "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
+                        " token_count, identity_key, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        rows,
+                    )
+                    db.executemany(
+                        "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
+                        index_rows,
+                    )
+                    if context:
+                        self._insert_context(
+                            db, conversation_id, self._context_end(db, conversation_id), context
+                        )
+                    db.execute(
+                        "UPDATE conversations SET updated_at = MAX(updated_at, ?) WHERE id = ?",
+                        (max(r[8] for r in rows), conversation_id),
+                    )
+                expected = count + len(rows)
+                stored += len(rows)
+        return stored
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -426,9 +591,9 @@ class SQLiteStore(_common.StoreBase):
                         for pos, source in enumerate(sources)
                     ],
                 )
-                db.execute(
-                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, '')",
-                    (-rowid, token, summary.content),
+                db.executemany(
+                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
+                    _index_rows(-rowid, token, segment_text(summary.content), ""),
                 )
                 written.append(summary_id)
                 records.append(
@@ -474,6 +639,19 @@ class SQLiteStore(_common.StoreBase):
 
     # ------------------------------------------------------------------ search
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query of a search sees the same committed state."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+            except sqlite3.ProgrammingError as exc:
+                raise StoreError(f"archive {self.path} is closed or misused: {exc}") from exc
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
     def search(
         self,
         conversation_id: str,
@@ -484,135 +662,37 @@ class SQLiteStore(_common.StoreBase):
         limit: int = 20,
         cursor: str | None = None,
     ) -> SearchPage:
-        """Ranked full-text (BM25 + proximity rerank) or bounded regex search in one conversation.
+        """Ranked full-text (bounded BM25, proximity rerank) or bounded regex search.
 
-        The engine of ``lcm_grep``. Raises :class:`StoreError` for an unknown
-        conversation, a bad mode/scope/cursor or an invalid regex.
+        The engine of ``lcm_grep`` (:mod:`contextengine.store.sqlite_search`).
+        Raises :class:`StoreError` for an unknown conversation, a bad
+        mode/scope/cursor or an invalid regex.
         """
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         token = self._search_token(conversation_id)
-        if mode == "regex":
-            return self._search_regex(conversation_id, query, scope, limit, offset)
-        return self._search_text(conversation_id, token, query, scope, limit, offset)
-
-    def _search_text(
-        self, conversation_id: str, token: str, query: str, scope: str, limit: int, offset: int
-    ) -> SearchPage:
-        parsed = _search.parse_query(query)
-        if parsed.empty:
-            return SearchPage(results=[])
-        # The parentheses matter: AND binds tighter than OR in FTS5.
-        match = f'conv : "{token}" AND (' + _search.fts5_match(parsed) + ")"
-        where = {"messages": " AND rowid > 0", "summaries": " AND rowid < 0", "all": ""}[scope]
-        fetch = max(_search.RERANK_WINDOW, offset + limit + 1)
-        try:
-            rows = self._read(
-                "SELECT rowid, rank, substr(body, 1, 20000) || ' ' || ctx FROM search_index"
-                f" WHERE search_index MATCH ?{where} ORDER BY rank, rowid LIMIT ?",
-                (match, fetch),
-            )
-        except sqlite3.OperationalError as exc:  # pragma: no cover - parse_query quotes all
-            raise StoreError(f"search failed for {query!r}: {exc}") from exc
-        order = _search.rerank(parsed, [(-r[1], r[2]) for r in rows])
-        page = [rows[i] for i in order[offset : offset + limit]]
-        hits: list[SearchHit] = []
-        for rowid, rank, _body in page:
-            snippet = self._read(
-                "SELECT snippet(search_index, 1, ?, ?, '…', 24) FROM search_index"
-                " WHERE search_index MATCH ? AND rowid = ?",
-                (_search.HIGHLIGHT_OPEN, _search.HIGHLIGHT_CLOSE, match, rowid),
-            )
-            hits.append(self._hit(conversation_id, rowid, -rank, snippet[0][0] if snippet else ""))
-        hits = self._with_summary_ids(conversation_id, hits)
-        more = len(order) > offset + limit
+        with self._snapshot() as db:
+            if mode == "regex":
+                hits, resume = _sqlite_search.search_regex(
+                    db, conversation_id, token, query, scope, limit, offset
+                )
+                more = resume is not None
+                next_offset = resume or 0
+            else:
+                try:
+                    hits, more = _sqlite_search.search_text(
+                        db, conversation_id, token, query, scope, limit, offset
+                    )
+                except sqlite3.OperationalError as exc:  # pragma: no cover - parse_query quotes all
+                    raise StoreError(f"search failed for {query!r}: {exc}") from exc
+                next_offset = offset + limit
+                more = more and next_offset <= _search.MAX_OFFSET
+            hits = _sqlite_search.with_summary_ids(db, conversation_id, hits)
         next_cursor = (
-            _search.encode_cursor(conversation_id, "text", scope, query, offset + limit)
-            if more and offset + limit <= _search.MAX_OFFSET
+            _search.encode_cursor(conversation_id, mode, scope, query, next_offset)
+            if more
             else None
         )
         return SearchPage(results=hits, next_cursor=next_cursor)
-
-    def _hit(self, conversation_id: str, rowid: int, score: float, snippet: str) -> SearchHit:
-        if rowid > 0:
-            row = self._read(
-                "SELECT id, seq, role FROM messages WHERE rowid = ? AND conversation_id = ?",
-                (rowid, conversation_id),
-            )[0]
-            return SearchHit(
-                id=row[0], kind="message", seq=row[1], role=row[2], snippet=snippet, score=score
-            )
-        row = self._read(
-            "SELECT id FROM summaries WHERE rowid = ? AND conversation_id = ?",
-            (-rowid, conversation_id),
-        )[0]
-        return SearchHit(
-            id=row[0], kind="summary", seq=None, role="summary", snippet=snippet, score=score
-        )
-
-    def _with_summary_ids(self, conversation_id: str, hits: list[SearchHit]) -> list[SearchHit]:
-        """Fill ``summary_id`` for hits that left the active context."""
-        if not hits:
-            return hits
-        in_view = {
-            r[0]
-            for r in self._read(
-                "SELECT ref_id FROM context_items WHERE conversation_id = ?", (conversation_id,)
-            )
-        }
-        out = []
-        for hit in hits:
-            parent = None if hit.id in in_view else self.parent_summary(conversation_id, hit.id)
-            out.append(hit if parent is None else dataclasses.replace(hit, summary_id=parent))
-        return out
-
-    def _search_regex(
-        self, conversation_id: str, pattern: str, scope: str, limit: int, offset: int
-    ) -> SearchPage:
-        compiled = _search.compile_regex(pattern)
-        parts = []
-        if scope in ("messages", "all"):
-            parts.append(
-                "SELECT 0, m.seq, m.rowid, s.body FROM messages m JOIN search_index s"
-                " ON s.rowid = m.rowid WHERE m.conversation_id = ?1"
-            )
-        if scope in ("summaries", "all"):
-            parts.append(
-                "SELECT 1, u.rowid, -u.rowid, s.body FROM summaries u JOIN search_index s"
-                " ON s.rowid = -u.rowid WHERE u.conversation_id = ?1"
-            )
-        sql = " UNION ALL ".join(parts) + " ORDER BY 1, 2 LIMIT ?2 OFFSET ?3"
-        deadline = time.monotonic() + _REGEX_DEADLINE_S
-        hits: list[SearchHit] = []
-        position = offset
-        scanned = 0
-        exhausted = False
-        while len(hits) < limit and scanned < _search.REGEX_MAX_ROWS:
-            batch = self._read(sql, (conversation_id, 200, position))
-            if not batch:
-                exhausted = True
-                break
-            for _k, _o, rowid, body in batch:
-                position += 1
-                scanned += 1
-                span = _search.regex_find(compiled, body)
-                if span is not None:
-                    snippet = _search.snippet_around(body, *span)
-                    hits.append(self._hit(conversation_id, rowid, 0.0, snippet))
-                if len(hits) >= limit or time.monotonic() > deadline:
-                    break
-            if time.monotonic() > deadline:
-                break
-        if not exhausted:
-            more = self._read(sql, (conversation_id, 1, position))
-            exhausted = not more
-        next_cursor = (
-            None
-            if exhausted
-            else _search.encode_cursor(conversation_id, "regex", scope, pattern, position)
-        )
-        return SearchPage(
-            results=self._with_summary_ids(conversation_id, hits), next_cursor=next_cursor
-        )
 
     # ------------------------------------------------------------------ retention and operations
 
@@ -635,12 +715,16 @@ class SQLiteStore(_common.StoreBase):
     def _delete_conversations(self, conversation_ids: Sequence[str]) -> None:
         with self._write() as db:
             for conversation_id in conversation_ids:
-                index_rows = db.execute(
-                    "SELECT rowid FROM messages WHERE conversation_id = ?"
-                    " UNION ALL SELECT -rowid FROM summaries WHERE conversation_id = ?",
-                    (conversation_id, conversation_id),
-                ).fetchall()
-                db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
+                row = db.execute(
+                    "SELECT search_token FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                if row is not None:
+                    # Every index row of the conversation (segments included) holds its token.
+                    index_rows = db.execute(
+                        "SELECT rowid FROM search_index WHERE search_index MATCH ?",
+                        (f'conv : "{row[0]}"',),
+                    ).fetchall()
+                    db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
                 # Edges and context rows go by cascade; deleting them first keeps the
                 # cascade from checking summary ids one by one.
                 db.execute(
