@@ -34,14 +34,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from contextengine.errors import InvalidMessagesError, StoreError
-from contextengine.store._common import canonical_hash, message_id_for, message_search_text
+from contextengine.store._common import (
+    CONTEXT_CHARS,
+    canonical_hash,
+    message_id_for,
+    message_search_text,
+)
 from contextengine.store.protocol import StoredMessage
 from contextengine.store.segments import segment_text
 
-__all__ = ["CHUNK", "Prepared", "pipelined", "prepare_messages", "prepare_records"]
+__all__ = ["CHUNK", "IndexHook", "Prepared", "pipelined", "prepare_messages", "prepare_records"]
 
 #: Messages per chunk: one transaction each.
-CHUNK = 5_000
+CHUNK = 20_000
 
 T = TypeVar("T")
 
@@ -59,6 +64,11 @@ class Prepared(NamedTuple):
     segments: list[str]
     seq: int | None = None
     created_at: float | None = None
+    #: The ``ctx`` this message gets if the message before it in the batch is
+    #: stored right before it (the writer checks), and the store's index data
+    #: for the message computed with it (the ``index`` hook of the prepare functions).
+    ctx: str = ""
+    index: Any = None
 
 
 def _encode(msg: Any, index: int) -> str:
@@ -70,6 +80,9 @@ def _encode(msg: Any, index: int) -> str:
         raise InvalidMessagesError(f"not JSON-serialisable: {exc}", index=index) from None
 
 
+IndexHook = Callable[[list[str], str], Any]
+
+
 def prepare_messages(
     conversation_id: str,
     messages: Sequence[Mapping[str, Any]],
@@ -78,17 +91,20 @@ def prepare_messages(
     token_counts: Sequence[int] | None,
     count: Callable[[Mapping[str, Any]], int],
     chunk: int = CHUNK,
+    index: IndexHook | None = None,
 ) -> Iterator[list[Prepared]]:
     """Chunks of ``messages`` (``messages[i]`` at position ``start + i``), ready to write.
 
     The identity rule is :func:`contextengine.store._common.identity_key`'s,
-    inlined: a provider id needs no content hash.
+    inlined: a provider id needs no content hash. ``index(segments, ctx)``
+    computes a store's own index data in this (the producer's) thread.
     """
     if token_counts is not None and len(token_counts) != len(messages):
         raise StoreError("token_counts must have one entry per message")
-    for lo in range(0, len(messages), chunk):
+    previous = ""
+    for lo, hi in _spans(len(messages), chunk):
         out: list[Prepared] = []
-        for i in range(lo, min(len(messages), lo + chunk)):
+        for i in range(lo, hi):
             msg = messages[i]
             encoded = _encode(msg, i)
             provider_id = msg.get("id")
@@ -97,6 +113,8 @@ def prepare_messages(
             else:
                 key = f"h:{start + i}:{canonical_hash(msg)}"
             tokens = int(token_counts[i]) if token_counts is not None else int(count(msg))
+            segments = segment_text(message_search_text(msg))
+            ctx = previous[:CONTEXT_CHARS]
             out.append(
                 Prepared(
                     key,
@@ -104,18 +122,25 @@ def prepare_messages(
                     str(msg.get("role", "")),
                     encoded,
                     tokens,
-                    segment_text(message_search_text(msg)),
+                    segments,
+                    ctx=ctx,
+                    index=index(segments, ctx) if index is not None else None,
                 )
             )
+            previous = segments[0]
         yield out
 
 
 def prepare_records(
-    records: Iterable[StoredMessage], chunk: int = CHUNK
+    records: Iterable[StoredMessage], *, chunk: int = CHUNK, index: IndexHook | None = None
 ) -> Iterator[list[Prepared]]:
     """Chunks of messages copied from another archive: ids, seqs, counts and times kept."""
     out: list[Prepared] = []
+    previous = ""
+    size = min(_FIRST_CHUNK, chunk)
     for n, record in enumerate(records):
+        segments = segment_text(message_search_text(record.message))
+        ctx = previous[:CONTEXT_CHARS]
         out.append(
             Prepared(
                 record.identity_key,
@@ -123,16 +148,32 @@ def prepare_records(
                 record.role,
                 _encode(record.message, n),
                 int(record.token_count),
-                segment_text(message_search_text(record.message)),
+                segments,
                 int(record.seq),
                 float(record.created_at),
+                ctx,
+                index(segments, ctx) if index is not None else None,
             )
         )
-        if len(out) >= chunk:
+        previous = segments[0]
+        if len(out) >= size:
             yield out
             out = []
+            size = min(chunk, 2 * size)
     if out:
         yield out
+
+
+#: The first chunk is small so the writer starts at once; each next one doubles, up to ``chunk``.
+_FIRST_CHUNK = 1_000
+
+
+def _spans(total: int, chunk: int) -> Iterator[tuple[int, int]]:
+    lo, size = 0, min(_FIRST_CHUNK, chunk)
+    while lo < total:
+        yield lo, min(total, lo + size)
+        lo += size
+        size = min(chunk, 2 * size)
 
 
 _DONE = object()

@@ -57,14 +57,12 @@ from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
-    BODY_TSV,
-    SEGMENT_TSV,
-    index_words,
     search_regex,
     search_text,
     translate_regex,
     with_summary_ids,
 )
+from contextengine.store.postgres_text import tsvector
 from contextengine.store.protocol import (
     ContextRef,
     ContextSplice,
@@ -134,31 +132,43 @@ def _lock_key(kind: str, schema: str, conversation_id: str) -> str:
     return f"contextengine.{kind}:{schema}:{conversation_id}"
 
 
-#: Message rows from arrays: the row, then ``index_words`` of its ``body`` and ``ctx``.
+#: Message rows from arrays (per turn; the bulk path uses ``COPY``). ``tsv`` is
+#: computed by the store (:func:`~contextengine.store.postgres_text.tsvector`).
 _INSERT_MESSAGES = (
     "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
     " identity_key, created_at, body, ctx, tsv)"
-    " SELECT i, c, s, r, j, t, k, a, b, x, "
-    + BODY_TSV.replace("%s", "{}").format("w", "xw")
-    + " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::int[],"
-    " %s::text[], %s::float8[], %s::text[], %s::text[], %s::text[], %s::text[])"
-    " AS u(i, c, s, r, j, t, k, a, b, x, w, xw) ON CONFLICT DO NOTHING"
+    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
+    " %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::tsvector[])"
+    " ON CONFLICT DO NOTHING"
 )
 
 
 def _insert_segments(
     conn: psycopg.Connection[Any], conversation_id: str, kind: int, rows: Sequence[tuple[Any, ...]]
 ) -> None:
-    """Write segments ``k >= 1``: ``(owner, k, text, index_words(text))`` rows."""
+    """Write segments ``k >= 1``: ``(owner, k, text, tsv)`` rows."""
     if rows:
         conn.execute(
             "INSERT INTO search_segments (conversation_id, kind, owner, segment, body, tsv)"
-            " SELECT %s, %s, o, g, b, "
-            + SEGMENT_TSV.replace("%s", "w")
-            + " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[]) AS u(o, g, b, w)"
+            " SELECT %s, %s, * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::tsvector[])"
             " ON CONFLICT DO NOTHING",
             [conversation_id, kind, *(list(column) for column in zip(*rows, strict=True))],
         )
+
+
+def _segment_rows(owner: int, segments: Sequence[str]) -> list[tuple[Any, ...]]:
+    return [(owner, k, text, tsvector(text)) for k, text in enumerate(segments) if k]
+
+
+def _index_data(segments: Sequence[str], ctx: str) -> tuple[str, str, list[tuple[Any, ...]]]:
+    """A message's ``body``, ``tsv`` and later ``(k, text, tsv)`` segments, NUL-free.
+
+    The bulk path's :data:`~contextengine.store.bulk.IndexHook`: it runs in the
+    producer thread, where it overlaps the server's work on the previous chunk.
+    """
+    clean = [text.replace("\x00", " ") for text in segments]
+    later = [(k, text, tsvector(text)) for k, text in enumerate(clean) if k]
+    return clean[0], tsvector(clean[0], ctx), later
 
 
 def insert_summary(
@@ -178,15 +188,13 @@ def insert_summary(
     segments = segment_text(content.replace("\x00", " "))
     row = conn.execute(
         f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body, tsv) VALUES"
-        " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-        + BODY_TSV
-        + (") ON CONFLICT DO NOTHING RETURNING pk" if skip_existing else ") RETURNING pk"),
-        (*values, segments[0], index_words(segments[0]), ""),
+        " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)"
+        + (" ON CONFLICT DO NOTHING RETURNING pk" if skip_existing else " RETURNING pk"),
+        (*values, segments[0], tsvector(segments[0])),
     ).fetchone()
     if row is None:
         return False
-    later = [(int(row[0]), k, t, index_words(t)) for k, t in enumerate(segments) if k]
-    _insert_segments(conn, conversation_id, 1, later)
+    _insert_segments(conn, conversation_id, 1, _segment_rows(int(row[0]), segments))
     return True
 
 
@@ -368,9 +376,9 @@ class PostgresStore(_common.StoreBase):
                 segments = segment_text(message_search_text(m.message).replace("\x00", " "))
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
                 context = previous[:CONTEXT_CHARS]
-                words = (index_words(segments[0]), index_words(context))
-                rows.append((*values, m.identity_key, now, segments[0], context, *words))
-                later += [(m.seq, k, t, index_words(t)) for k, t in enumerate(segments) if k]
+                index = tsvector(segments[0], context)
+                rows.append((*values, m.identity_key, now, segments[0], context, index))
+                later += _segment_rows(m.seq, segments)
                 previous = segments[0]
             if rows:
                 # One statement over arrays: far faster than executemany's row-by-row protocol.
@@ -416,7 +424,12 @@ class PostgresStore(_common.StoreBase):
                 hashes = [_common.canonical_hash(m) for m in messages[: min(len(messages), count)]]
                 start = self._identity_start(conn, conversation_id, hashes, count)
         chunks = _bulk.prepare_messages(
-            conversation_id, messages, start=start, token_counts=token_counts, count=self._count
+            conversation_id,
+            messages,
+            start=start,
+            token_counts=token_counts,
+            count=self._count,
+            index=_index_data,
         )
         return self._write_chunks(conversation_id, chunks, to_context=to_context)
 
@@ -428,7 +441,8 @@ class PostgresStore(_common.StoreBase):
         are skipped; the others must continue the history (the first new one at
         ``seq == message_count``, then one after another), else :class:`StoreError`.
         """
-        return self._write_chunks(conversation_id, _bulk.prepare_records(records), to_context=False)
+        chunks = _bulk.prepare_records(records, index=_index_data)
+        return self._write_chunks(conversation_id, chunks, to_context=False)
 
     def _identity_start(
         self, conn: psycopg.Connection[Any], conversation_id: str, hashes: Sequence[str], count: int
@@ -451,7 +465,7 @@ class PostgresStore(_common.StoreBase):
         to_context: bool,
     ) -> int:
         stored = 0
-        expected: int | None = None  # the message count after our last chunk
+        expected: int | None = None  # the count our chunks left, while the import started empty
         seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
         for chunk in _bulk.pipelined(chunks):
             with self._tx() as conn:
@@ -464,7 +478,9 @@ class PostgresStore(_common.StoreBase):
                 count = int(last[0]) + 1 if last else 0
                 previous = str(last[1]) if last else ""
                 existing: set[str] = set()
-                if count not in (0, expected):  # our own earlier chunks cannot hold these
+                # Into a conversation that was empty, no one else writing (the count is
+                # what our own chunks left): no stored row can hold these identities.
+                if count != (0 if expected is None else expected):
                     existing = {
                         r[0]
                         for r in conn.execute(
@@ -488,14 +504,16 @@ class PostgresStore(_common.StoreBase):
                             f"copy_messages: message {p.id} has seq {p.seq} but the history of"
                             f" {conversation_id!r} continues at {seq}"
                         )
-                    segments = [t.replace("\x00", " ") for t in p.segments]
                     ctx = previous[:CONTEXT_CHARS]
+                    # The producer computed the words with the ctx it expected; rarely wrong.
+                    body, index, later_rows = (
+                        p.index if ctx == p.ctx else _index_data(p.segments, ctx)
+                    )
                     created = now if p.created_at is None else p.created_at
                     values = (p.id, conversation_id, seq, p.role, p.json, p.tokens, p.key, created)
-                    words = (index_words(segments[0]), index_words(ctx))
-                    rows.append((*values, segments[0], ctx, *words))
-                    later += [(seq, k, t, index_words(t)) for k, t in enumerate(segments) if k]
-                    previous = segments[0]
+                    rows.append((*values, body, ctx, index))
+                    later += [(seq, *segment) for segment in later_rows]
+                    previous = body
                     if to_context and not (seq == 0 and p.role == "system"):
                         context.append(ContextRef(kind="message", id=p.id))
                 if rows:
@@ -510,31 +528,24 @@ class PostgresStore(_common.StoreBase):
                         " WHERE id = %s",
                         (max(r[7] for r in rows), conversation_id),
                     )
-                expected = count + len(rows)
+                fresh = count == (0 if expected is None else expected)
+                expected = count + len(rows) if fresh else -1
                 stored += len(rows)
         return stored
 
     @staticmethod
     def _copy_rows(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
-        """``COPY`` message rows into a temporary table, then one ``INSERT ... SELECT``.
+        """``COPY`` message rows, ``tsv`` included (computed by the store), into ``messages``.
 
-        ``COPY`` cannot compute ``tsv``; the ``INSERT`` does, from the words
-        the client sent. Dropped at commit, so it works behind PgBouncer's
-        transaction pooling too.
+        ``COPY`` has no ``ON CONFLICT``: the caller holds the conversation's
+        lock and has left out every identity already stored.
         """
-        conn.execute(
-            "CREATE TEMP TABLE ce_import (i text, c text, s bigint, r text, j text, t int,"
-            " k text, a float8, b text, x text, w text, xw text) ON COMMIT DROP"
-        )
-        with conn.cursor().copy("COPY ce_import FROM STDIN") as copy:
+        with conn.cursor().copy(
+            "COPY messages (id, conversation_id, seq, role, json, token_count, identity_key,"
+            " created_at, body, ctx, tsv) FROM STDIN"
+        ) as copy:
             for row in rows:
                 copy.write_row(row)
-        conn.execute(
-            "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
-            " identity_key, created_at, body, ctx, tsv) SELECT i, c, s, r, j, t, k, a, b, x, "
-            + BODY_TSV.replace("%s", "{}").format("w", "xw")
-            + " FROM ce_import ORDER BY s"
-        )
 
     # ------------------------------------------------------------------ summaries and context
 

@@ -9,12 +9,12 @@ one transaction, after it checked the conversation and decoded the cursor
   the GIN-indexed ``tsv`` columns of ``messages``, ``summaries`` and
   ``search_segments``, ``ORDER BY seq DESC LIMIT cap`` (the planner walks the
   ``(conversation_id, seq)`` index backwards for a common word and takes the
-  GIN index for a rare one); ``ts_rank_cd`` is never computed. Each term
-  becomes a tsquery in PostgreSQL (``plainto_tsquery`` / ``phraseto_tsquery``,
-  each word a bound parameter), so no input can break the query syntax.
-  Snippets are cut in Python around the first query word of the best segment;
-  when Porter's stemmer finds none there, ``ts_headline`` highlights that one
-  segment.
+  GIN index for a rare one); ``ts_rank_cd`` is never computed. Each term's
+  tsquery is built in Python from its Porter stems
+  (:mod:`contextengine.store.postgres_text`), the same words the rows' ``tsv``
+  hold, and passed as a bound parameter: its lexemes hold only letters and
+  digits, so no input can change the query's syntax. Snippets are cut in
+  Python around the query words of the best segment.
 * Regex mode: PostgreSQL's ``~`` (pg_trgm-indexed when available) under a
   ``statement_timeout``, after :func:`translate_regex` fixed the Python-isms
   (``\\b``) whose meaning differs, over a window of
@@ -26,7 +26,6 @@ one transaction, after it checked the conversation and decoded the cursor
 from __future__ import annotations
 
 import dataclasses
-import string
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,48 +35,20 @@ from psycopg import errors as pg_errors
 from contextengine.errors import StoreError
 from contextengine.store import ranking as _ranking
 from contextengine.store import search as _search
+from contextengine.store.postgres_text import tsquery_phrase, tsquery_term
 from contextengine.store.protocol import SearchHit
 from contextengine.store.segments import SEGMENT_BITS
 
 __all__ = [
-    "BODY_TSV",
-    "SEGMENT_TSV",
     "PgTextIndex",
-    "index_words",
     "search_regex",
     "search_text",
     "translate_regex",
     "with_summary_ids",
 ]
 
-#: The text-search configuration migration 1 creates: English stemming, no stop-word list.
-TS_CONFIG = "ce_english"
-#: The ``tsv`` of a message row from its parameters ``words(body)``, ``words(ctx)``
-#: (migration 3): the row's text weighs A, the previous message's start D.
-BODY_TSV = (
-    "setweight(to_tsvector('ce_english'::regconfig, %s), 'A')"
-    " || setweight(to_tsvector('ce_english'::regconfig, %s), 'D')"
-)
-#: The ``tsv`` of a later segment, or of a summary's text: weight A alone.
-SEGMENT_TSV = "setweight(to_tsvector('ce_english'::regconfig, %s), 'A')"
-_PUNCTUATION = str.maketrans(string.punctuation + "\x00", " " * (len(string.punctuation) + 1))
 #: Messages (with their segments) one regex call scans at most.
 _REGEX_WINDOW = _search.REGEX_MAX_ROWS
-_HEADLINE = (
-    f"StartSel={_search.HIGHLIGHT_OPEN}, StopSel={_search.HIGHLIGHT_CLOSE},"
-    " MaxWords=30, MinWords=12, MaxFragments=1, FragmentDelimiter=…"
-)
-
-
-def index_words(text: str) -> str:
-    """``text`` as ``tsv`` is computed from: ASCII punctuation (and NUL) turned into spaces.
-
-    PostgreSQL's parser reads ``orchard-003`` as ``orchard`` and the number
-    ``-003``, and ``v1.2`` or ``a@b.com`` as single tokens no query word
-    matches; with punctuation as spaces, words split as SQLite's ``unicode61``
-    tokenizer splits them (migration 1 did this with SQL ``translate()``).
-    """
-    return text.translate(_PUNCTUATION)
 
 
 def translate_regex(pattern: str) -> str:
@@ -118,21 +89,11 @@ def translate_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def _term_sql(term: str, prefix: bool) -> str:
-    cfg = f"'{TS_CONFIG}'::regconfig"
-    if prefix:
-        return (
-            "(SELECT CASE WHEN numnode(q) = 0 THEN q ELSE (q::text || ':*')::tsquery END"
-            f" FROM plainto_tsquery({cfg}, %s) AS q)"
-        )
-    return f"plainto_tsquery({cfg}, %s)"
-
-
 #: (kind, segment >= 1) -> the probe of that region, newest first.
 _REGIONS = {
     (0, False): (
         "SELECT 0, seq, 0 FROM messages WHERE conversation_id = %(c)s"
-        " AND tsv @@ CAST(%(q)s AS tsquery){body_only} ORDER BY seq DESC LIMIT %(n)s"
+        " AND tsv @@ CAST(%(q)s AS tsquery) ORDER BY seq DESC LIMIT %(n)s"
     ),
     (0, True): (
         "SELECT 0, owner, segment FROM search_segments WHERE conversation_id = %(c)s"
@@ -165,37 +126,28 @@ class PgTextIndex:
         self.conversation_id = conversation_id
         kinds = {"messages": (0,), "summaries": (1,), "all": (0, 1)}[scope]
         self.regions = [r for r in _REGIONS if r[0] in kinds]
-        # Every tsquery this search needs, built by PostgreSQL in one round trip.
-        cfg = f"'{TS_CONFIG}'::regconfig"
-        parts = [_term_sql(t, t in parsed.prefixes) for t in parsed.terms]
-        params: list[str] = list(parsed.terms)
-        if parsed.phrases:
-            parts.append(" && ".join(f"phraseto_tsquery({cfg}, %s)" for _ in parsed.phrases))
-            params += [" ".join(p) for p in parsed.phrases]
-        row = conn.execute("SELECT " + ", ".join(f"({p})::text" for p in parts), params).fetchone()
-        values = [str(v or "") for v in (row or ())]
-        self.terms = dict(zip(parsed.terms, values, strict=False))
-        self.phrases = values[len(parsed.terms)] if parsed.phrases else ""
-        self.any_term = " | ".join(f"({v})" for v in values if v)
+        self.terms = {t: tsquery_term(t, prefix=t in parsed.prefixes) for t in parsed.terms}
+        # Phrases must match the row's own text (weight A), not the previous message's (D).
+        self.phrases = " & ".join(
+            f"({q})" for q in (tsquery_phrase(list(p), weight="A") for p in parsed.phrases) if q
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when no query word has anything the index could hold."""
+        return not self.phrases and not any(self.terms.values())
 
     def probe(self, term: str | None, cap: int) -> list[_ranking.Key]:
         parts = [self.phrases] if self.phrases else []
         if term is not None:
             if not self.terms.get(term):
-                return []  # no lexeme in it (a word of punctuation only)
+                return []  # no indexable word in it
             parts.append(self.terms[term])
         if not parts:
             return []
-        query = " & ".join(f"({p})" for p in parts)
-        # Phrases must match the row's own text, not the previous message's (ctx, weight D).
-        body_only = " AND ts_filter(tsv, '{a}') @@ CAST(%(p)s AS tsquery)" if self.phrases else ""
-        selects = [
-            "(" + _REGIONS[r].format(body_only=body_only if r == (0, False) else "") + ")"
-            for r in self.regions
-        ]
         rows = self.conn.execute(
-            " UNION ALL ".join(selects),
-            {"c": self.conversation_id, "q": query, "n": cap, "p": self.phrases},
+            " UNION ALL ".join(f"({_REGIONS[r]})" for r in self.regions),
+            {"c": self.conversation_id, "q": " & ".join(f"({p})" for p in parts), "n": cap},
         ).fetchall()
         return [(int(k), int(o), int(s)) for k, o, s in rows]
 
@@ -239,17 +191,6 @@ class PgTextIndex:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def highlight(self, text: str) -> str:
-        """PostgreSQL's own snippet of one segment's text for the whole query."""
-        if not self.any_term:
-            return ""
-        row = self.conn.execute(
-            f"SELECT ts_headline('{TS_CONFIG}'::regconfig, %s, CAST(%s AS tsquery), %s)",
-            (text.replace("\x00", " "), self.any_term, _HEADLINE),
-        ).fetchone()
-        snippet = " ".join(str(row[0] if row else "").split())
-        return snippet if _search.HIGHLIGHT_OPEN in snippet else ""
-
 
 def _identities(
     conn: Connection[Any], conversation_id: str, keys: Sequence[_ranking.Key]
@@ -286,7 +227,7 @@ def search_text(
     if parsed.empty:
         return [], False
     index = PgTextIndex(conn, conversation_id, parsed, scope)
-    if not index.any_term and not index.phrases:
+    if index.empty:
         return [], False
     ranking = _ranking.rank(parsed, index, want=offset + limit + 1)
     page = ranking.results[offset : offset + limit]
@@ -297,7 +238,9 @@ def search_text(
         if owner is None:  # pragma: no cover - deleted between the probe and this read
             continue
         item_id, seq, role = owner
-        snippet = _ranking.query_snippet(parsed, result.text) or index.highlight(result.text)
+        # Both stores match by Porter stems, so Python finds what the index matched;
+        # only a match through ``ctx`` (the previous message) leaves the text unmarked.
+        snippet = _ranking.query_snippet(parsed, result.text)
         hits.append(
             SearchHit(
                 id=item_id,

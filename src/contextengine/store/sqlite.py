@@ -51,7 +51,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -402,78 +402,119 @@ class SQLiteStore(_common.StoreBase):
         to_context: bool,
     ) -> int:
         stored = 0
-        expected: int | None = None  # the message count after our last chunk
+        expected: int | None = None  # the count our chunks left, while the import started empty
         seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
-        for chunk in _bulk.pipelined(chunks):
-            with self._write() as db:
-                (count,) = db.execute(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
-                    (conversation_id,),
-                ).fetchone()
-                # Our own earlier chunks cannot hold these identities; anything else might.
-                existing = (
-                    set()
-                    if count == expected or count == 0
-                    else self._existing_keys(db, conversation_id, [p.key for p in chunk])
+        with self._checkpointing():
+            for chunk in _bulk.pipelined(chunks):
+                count, added = self._write_chunk(
+                    conversation_id, token, chunk, seen, expected, to_context
                 )
-                (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()
-                previous = self._last_text(db, conversation_id, count)
-                now = self._clock()
-                rows: list[tuple[Any, ...]] = []
-                index_rows: list[tuple[int, str, str, str]] = []
-                context: list[ContextRef] = []
-                for p in chunk:
-                    if p.key in existing or p.key in seen:
-                        continue
-                    if p.key.startswith("id:"):
-                        seen.add(p.key)
-                    seq = count + len(rows)
-                    if p.seq is not None and p.seq != seq:
-                        raise StoreError(
-                            f"copy_messages: message {p.id} has seq {p.seq} but the history of"
-                            f" {conversation_id!r} continues at {seq}"
-                        )
-                    rowid = max_rowid + 1 + len(rows)
-                    created = now if p.created_at is None else p.created_at
-                    rows.append(
-                        (
-                            rowid,
-                            p.id,
-                            conversation_id,
-                            seq,
-                            p.role,
-                            p.json,
-                            p.tokens,
-                            p.key,
-                            created,
-                        )
-                    )
-                    index_rows += _index_rows(rowid, token, p.segments, previous)
-                    previous = p.segments[0]
-                    if to_context and not (seq == 0 and p.role == "system"):
-                        context.append(ContextRef(kind="message", id=p.id))
-                if rows:
-                    db.executemany(
-                        "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
-                        " token_count, identity_key, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        rows,
-                    )
-                    db.executemany(
-                        "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                        index_rows,
-                    )
-                    if context:
-                        self._insert_context(
-                            db, conversation_id, self._context_end(db, conversation_id), context
-                        )
-                    db.execute(
-                        "UPDATE conversations SET updated_at = MAX(updated_at, ?) WHERE id = ?",
-                        (max(r[8] for r in rows), conversation_id),
-                    )
-                expected = count + len(rows)
-                stored += len(rows)
+                fresh = count == (0 if expected is None else expected)
+                expected = count + added if fresh else -1
+                stored += added
         return stored
+
+    @contextmanager
+    def _checkpointing(self) -> Iterator[None]:
+        """Checkpoint the WAL from a second connection while a bulk import writes.
+
+        A commit that finds the WAL over its limit copies the pages into the
+        database file itself, in the writer's thread: during an import, a third
+        of the writer's time. Here a background connection runs ``PASSIVE``
+        checkpoints (they never block the writer) and the writer's own are off
+        until the import ends. Durability is unchanged: every commit still
+        syncs the WAL.
+        """
+        if self.path == ":memory:":
+            yield
+            return
+        stop = threading.Event()
+
+        def checkpoint() -> None:
+            with closing(sqlite3.connect(self.path, timeout=1.0)) as db:
+                while not stop.wait(0.05):
+                    with suppress(sqlite3.Error):
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+        thread = threading.Thread(target=checkpoint, name="contextengine-checkpoint", daemon=True)
+        with self._lock:
+            self._db.execute("PRAGMA wal_autocheckpoint = 0")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            with self._lock:
+                self._db.execute("PRAGMA wal_autocheckpoint = 1000")
+
+    def _write_chunk(
+        self,
+        conversation_id: str,
+        token: str,
+        chunk: list[_bulk.Prepared],
+        seen: set[str],
+        expected: int | None,
+        to_context: bool,
+    ) -> tuple[int, int]:
+        """One chunk of the bulk path in one transaction: (messages before it, messages stored)."""
+        with self._write() as db:
+            (count,) = db.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            # Into a conversation that was empty, no one else writing (the count is
+            # what our own chunks left): no stored row can hold these identities.
+            existing = (
+                set()
+                if count == (0 if expected is None else expected)
+                else self._existing_keys(db, conversation_id, [p.key for p in chunk])
+            )
+            (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()
+            previous = self._last_text(db, conversation_id, count)
+            now = self._clock()
+            rows: list[tuple[Any, ...]] = []
+            index_rows: list[tuple[int, str, str, str]] = []
+            context: list[ContextRef] = []
+            for p in chunk:
+                if p.key in existing or p.key in seen:
+                    continue
+                if p.key.startswith("id:"):
+                    seen.add(p.key)
+                seq = count + len(rows)
+                if p.seq is not None and p.seq != seq:
+                    raise StoreError(
+                        f"copy_messages: message {p.id} has seq {p.seq} but the history of"
+                        f" {conversation_id!r} continues at {seq}"
+                    )
+                rowid = max_rowid + 1 + len(rows)
+                created = now if p.created_at is None else p.created_at
+                rows.append(
+                    (rowid, p.id, conversation_id, seq, p.role, p.json, p.tokens, p.key, created)
+                )
+                index_rows += _index_rows(rowid, token, p.segments, previous)
+                previous = p.segments[0]
+                if to_context and not (seq == 0 and p.role == "system"):
+                    context.append(ContextRef(kind="message", id=p.id))
+            if rows:
+                db.executemany(
+                    "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
+                    " token_count, identity_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                db.executemany(
+                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
+                    index_rows,
+                )
+                if context:
+                    self._insert_context(
+                        db, conversation_id, self._context_end(db, conversation_id), context
+                    )
+                db.execute(
+                    "UPDATE conversations SET updated_at = MAX(updated_at, ?) WHERE id = ?",
+                    (max(r[8] for r in rows), conversation_id),
+                )
+        return int(count), len(rows)
 
     # ------------------------------------------------------------------ summaries and context
 

@@ -130,7 +130,7 @@ class SQLiteTextIndex:
         if key[0] != 0:
             return None
         row = self.db.execute(
-            "SELECT seq FROM messages WHERE rowid = ? AND conversation_id = ?",
+            "SELECT seq FROM messages WHERE rowid = ? AND +conversation_id = ?",
             (key[1], self.conversation_id),
         ).fetchone()
         return int(row[0]) if row else None
@@ -162,17 +162,19 @@ def _identities(
     summaries = list({k[1] for k in keys if k[0] == 1})
     for chunk in _chunks(messages):
         marks = ",".join("?" * len(chunk))
+        # "+conversation_id": without it SQLite may walk the conversation's whole
+        # (conversation_id, seq) index instead of looking the rowids up.
         for rowid, item_id, seq, role in db.execute(
-            f"SELECT rowid, id, seq, role FROM messages WHERE conversation_id = ?"
-            f" AND rowid IN ({marks})",
-            (conversation_id, *chunk),
+            f"SELECT rowid, id, seq, role FROM messages WHERE rowid IN ({marks})"
+            " AND +conversation_id = ?",
+            (*chunk, conversation_id),
         ):
             found[(0, rowid)] = (item_id, int(seq), role)
     for chunk in _chunks(summaries):
         marks = ",".join("?" * len(chunk))
         for rowid, item_id in db.execute(
-            f"SELECT rowid, id FROM summaries WHERE conversation_id = ? AND rowid IN ({marks})",
-            (conversation_id, *chunk),
+            f"SELECT rowid, id FROM summaries WHERE rowid IN ({marks}) AND +conversation_id = ?",
+            (*chunk, conversation_id),
         ):
             found[(1, rowid)] = (item_id, None, "summary")
     return found

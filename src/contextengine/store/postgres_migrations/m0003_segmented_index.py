@@ -1,6 +1,6 @@
-"""Migration 3 of the PostgreSQL archive: bounded index segments; the store writes ``tsv``.
+"""Migration 3 of the PostgreSQL archive: bounded index segments, Porter words written by the store.
 
-Two changes, both for search and ingest at scale:
+Three changes, for search and ingest at scale:
 
 * **Long texts are indexed in segments** (:mod:`contextengine.store.segments`).
   ``messages.body`` and ``summaries.body`` now hold segment 0 of the
@@ -12,29 +12,29 @@ Two changes, both for search and ingest at scale:
   its first 200,000 characters, so a word near the end of a 10 MB tool output
   was never found, and search read whole rows.
 * **``tsv`` is an ordinary column the store writes**, no longer a generated
-  one: ``setweight(to_tsvector('ce_english', words(body)), 'A') ||
-  setweight(to_tsvector('ce_english', words(ctx)), 'D')`` for messages, weight
-  A alone for summaries and segments, where ``words`` turns ASCII punctuation
-  into spaces (:func:`contextengine.store.postgres_search.index_words`), as
-  migration 1's expression did with SQL ``translate()``. The store computes
-  ``words`` in Python: ``translate()`` was most of the server's cost per row
-  (an import ran at 3,800 rows/s with the generated column, 9,000 without).
-  Rows written before keep their values, which this expression reproduces.
+  one: the Porter stems of the text at weight A, then of ``ctx`` at weight D
+  (:func:`contextengine.store.postgres_text.tsvector`), the words the SQLite
+  index holds. Queries are built the same way, so both stores match the same
+  rows, and the server no longer parses and stems every row (most of its
+  cost per row). The ``ce_english`` configuration of migration 1 stays in the
+  schema, unused.
+* **The trigram indexes are dropped.** They made every insert about twice as
+  expensive, and regex search now scans a bounded window of rows per call
+  (they remain an option, see ``docs/postgres.md``).
 
-The step moves the text beyond segment 0 of every oversized row into
-``search_segments``. ``DROP EXPRESSION`` needs PostgreSQL 13 or later.
+The step rewrites ``tsv`` (and cuts ``body``) of every message and summary:
+Python computes the words, one ``UPDATE`` per 5,000 rows. On a million
+messages it takes minutes, once. ``DROP EXPRESSION`` needs PostgreSQL 13.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from contextengine.store.segments import SEGMENT_CHARS, segment_text
-
-__all__ = ["DESCRIPTION", "POSTGRES", "POSTGRES_OPTIONAL", "POSTGRES_STEP", "VERSION"]
+__all__ = ["DESCRIPTION", "POSTGRES", "POSTGRES_STEP", "VERSION"]
 
 VERSION = 3
-DESCRIPTION = "long texts indexed in bounded segments; tsv written by the store"
+DESCRIPTION = "long texts indexed in bounded segments; Porter words written by the store"
 
 POSTGRES: tuple[str, ...] = (
     "ALTER TABLE messages ALTER COLUMN tsv DROP EXPRESSION",
@@ -51,48 +51,56 @@ POSTGRES: tuple[str, ...] = (
     )
     """,
     "CREATE INDEX search_segments_tsv ON search_segments USING GIN (tsv)",
+    "DROP INDEX IF EXISTS messages_body_trgm",
+    "DROP INDEX IF EXISTS summaries_body_trgm",
 )
 
-# Only where migration 1 could install pg_trgm; refused (and skipped) elsewhere.
-POSTGRES_OPTIONAL: tuple[str, ...] = (
-    "CREATE INDEX search_segments_body_trgm ON search_segments USING GIN"
-    " (body public.gin_trgm_ops)",
-)
+_BATCH = 5_000
 
 
-def _resegment(conn: Any) -> None:
-    """Cut every oversized ``body`` into segments (in the migration's transaction)."""
-    from contextengine.store.postgres_search import BODY_TSV, SEGMENT_TSV, index_words
+def _reindex(conn: Any) -> None:
+    """Rewrite every row's ``tsv``, cutting oversized ``body`` values (one transaction)."""
+    from contextengine.store.postgres_text import tsvector
+    from contextengine.store.segments import segment_text
 
     for table, kind, owner, ctx in (
         ("messages", 0, "seq", "ctx"),
         ("summaries", 1, "pk", "''"),
     ):
-        pks = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT pk FROM {table} WHERE length(body) > %s", (SEGMENT_CHARS,)
+        last = 0
+        while True:
+            rows = conn.execute(
+                f"SELECT pk, conversation_id, {owner}, body, {ctx} FROM {table}"
+                " WHERE pk > %s ORDER BY pk LIMIT %s",
+                (last, _BATCH),
             ).fetchall()
-        ]
-        for pk in pks:
-            conversation_id, order, body, context = conn.execute(
-                f"SELECT conversation_id, {owner}, body, {ctx} FROM {table} WHERE pk = %s", (pk,)
-            ).fetchone()
-            segments = segment_text(body)
+            if not rows:
+                break
+            last = int(rows[-1][0])
+            updates: list[tuple[int, str, str]] = []
+            segments_rows: list[tuple[Any, ...]] = []
+            for pk, conversation_id, order, body, context in rows:
+                segments = segment_text(body)
+                updates.append((pk, segments[0], tsvector(segments[0], context)))
+                segments_rows += [
+                    (conversation_id, kind, order, k, text, tsvector(text))
+                    for k, text in enumerate(segments)
+                    if k
+                ]
             conn.execute(
-                f"UPDATE {table} SET body = %s, tsv = {BODY_TSV} WHERE pk = %s",
-                (segments[0], index_words(segments[0]), index_words(context), pk),
+                f"UPDATE {table} AS t SET body = u.b, tsv = u.v"
+                " FROM unnest(%s::bigint[], %s::text[], %s::tsvector[]) AS u(pk, b, v)"
+                " WHERE t.pk = u.pk",
+                [list(column) for column in zip(*updates, strict=True)],
             )
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO search_segments (conversation_id, kind, owner, segment, body, tsv)"
-                    f" VALUES (%s, %s, %s, %s, %s, {SEGMENT_TSV})",
-                    [
-                        (conversation_id, kind, order, k, text, index_words(text))
-                        for k, text in enumerate(segments)
-                        if k
-                    ],
-                )
+            if segments_rows:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO search_segments"
+                        " (conversation_id, kind, owner, segment, body, tsv)"
+                        " VALUES (%s, %s, %s, %s, %s, %s::tsvector)",
+                        segments_rows,
+                    )
 
 
-POSTGRES_STEP = _resegment
+POSTGRES_STEP = _reindex
