@@ -516,8 +516,9 @@ def run(
         "`lcm_grep` (`store.search`, text mode, scope all, limit 20) on ONE conversation, grown "
         "with the bulk path. Checks: a needle (a message's unique marker) must return that "
         "message first (the next one, whose context holds the marker, may follow); 2-4 words "
-        "of a stored message must find something; made-up words must find nothing; held-out questions (LoCoMo, tau-bench instructions) are only "
-        "counted. Cold: a new store (connection) per query; the OS file cache stays warm.",
+        "of a stored message must find something; made-up words must find nothing; held-out "
+        "questions (LoCoMo, tau-bench instructions) are only counted. Cold: a new store "
+        "(connection) per query; the OS file cache stays warm.",
         *search_rows,
         "",
         *big_rows,
