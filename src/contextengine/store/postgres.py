@@ -21,12 +21,20 @@ Concurrency, for many processes and hosts writing at once:
   visible. :meth:`PostgresStore.compaction_lock` holds a session lock for a
   whole compaction (summariser calls included) when a host wants only one
   worker to compact a conversation at a time.
+* **Bulk imports** (:meth:`PostgresStore.import_messages`,
+  :meth:`PostgresStore.copy_messages`) take the same row lock per chunk and
+  write each chunk with one ``COPY``.
 * **Migrations** run under a database-wide advisory lock.
 
-Search: ``tsvector`` + GIN and ``ts_rank_cd`` for text mode (the tsquery is
-built by PostgreSQL from each parsed term passed as a parameter, so user text
-never reaches query syntax), reranked like the SQLite store; regex mode uses
-``~`` under ``statement_timeout`` (pg_trgm indexes when the server allows).
+The index (migration 3): ``messages.body`` / ``summaries.body`` hold segment 0
+of the searchable text and ``search_segments`` the rest
+(:mod:`contextengine.store.segments`); every ``tsv`` is a ``tsvector`` of
+Porter stems the store computes (:mod:`contextengine.store.postgres_text`),
+the words SQLite's index holds, so both stores match the same rows. Search
+(:mod:`contextengine.store.postgres_search`): text mode ranks with the shared
+:mod:`contextengine.store.ranking` over bounded GIN probes (never
+``ts_rank_cd``, whose cost grows with the matching rows); regex mode uses
+``~`` under ``statement_timeout`` over a bounded window of rows per call.
 """
 
 from __future__ import annotations

@@ -53,10 +53,10 @@ def _lexeme(word: str) -> str:
         return found
     folded = word
     if not word.isascii():
-        folded = "".join(
-            c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)
-        )
-        folded = folded or word
+        # Letters and digits only, whatever the decomposition gives: a lexeme
+        # never holds a quote or a backslash, the two characters a literal escapes.
+        folded = "".join(c for c in unicodedata.normalize("NFKD", word) if c.isalnum())
+        folded = folded or "".join(c for c in word if c.isalnum())
     lexeme = "" if len(folded.encode()) > _MAX_LEXEME_BYTES else porter(folded)
     if len(_cache) >= _MAX_CACHED:
         _cache.clear()

@@ -10,9 +10,9 @@ every store (``SQLiteStore``, ``PostgresStore``, a third-party one) keeps:
   (:meth:`Store.append_messages`) or in bulk (:meth:`Store.import_messages`,
   :meth:`Store.copy_messages`); both paths store the same rows. A message is
   stored verbatim (its JSON), with its role, a 0-based ``seq`` in order of
-  first storage, a token count and an *identity key*: the provider's id when
-  the message has one (``id``, or the ``tool_call_id`` of a tool result), else
-  ``seq`` plus a hash of the content.
+  first storage, a token count and an *identity key*: the provider's message
+  id when it has one, else its position plus a hash of the content (tool-call
+  ids are not identities: providers recycle them).
   Storing the same prefix again adds nothing, so replays and retries cannot
   duplicate rows.
 * **Summaries** (id ``sum_`` + 16 hex) are leaf (over messages) or condensed
@@ -27,6 +27,10 @@ every store (``SQLiteStore``, ``PostgresStore``, a third-party one) keeps:
   A message or summary appears in it at most once.
 * **Large contents** (huge tool results) are stored once, by id, outside the
   view.
+* **Search** (:meth:`Store.search`) never reads more than a bounded window of
+  any row: long texts are indexed in segments (:mod:`contextengine.store.segments`),
+  and text-mode ranking reads a bounded set of candidates
+  (:mod:`contextengine.store.ranking`).
 * **Deletion** happens only through retention (``delete_conversation``,
   ``prune``), which removes a conversation with all its rows and index entries.
 """

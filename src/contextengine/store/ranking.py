@@ -30,8 +30,9 @@ proportional to the conversation's or a row's size:
    counting term occurrences in the text; a probe's answer overrides the
    count (a row it found holds the term at least once, if only in ``ctx``; a
    row inside its window that it did not find holds none).
-4. **Rerank**: :func:`contextengine.store.search.rerank` (coverage of the
-   query's terms, proximity) over the best :data:`~contextengine.store.search.RERANK_WINDOW`.
+4. **Rerank** of the best :data:`~contextengine.store.search.RERANK_WINDOW`
+   by coverage of the query's words and proximity (``_Scorer.boost``),
+   looking only at the words a regular expression preselects.
 5. **One hit per message**: a message matched by several segments
    (:mod:`contextengine.store.segments`) appears once, with its best segment.
 
@@ -40,13 +41,16 @@ Ties go to the newer row, so pages are deterministic.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from contextengine.store import search as _search
-from contextengine.store.stemming import match_words, word_stems
+from contextengine.store.stemming import count_stems, match_words, word_stems
 
 __all__ = [
     "COMPLETE_ROWS",
@@ -74,7 +78,9 @@ MAX_PROBE_CAP = 1_200
 #: Conversations with at most this many messages are probed completely.
 COMPLETE_ROWS = 4_000
 #: Candidates read and scored exactly per query (at least twice the page depth).
-SCORED_ROWS = 300
+#: LoCoMo recall is the same from 150 to 5,000; each costs up to a segment's scan.
+SCORED_ROWS = 200
+_TOKEN = re.compile(r"\w+")
 #: BM25 parameters and the weight of ``ctx`` (the previous message's start).
 K1 = 1.2
 B = 0.75
@@ -188,6 +194,21 @@ def _idf(documents: float, df: float) -> float:
     return math.log(3.0 + documents / (df + 0.5))
 
 
+def _words(text: str) -> int:
+    """About how many words ``text`` holds (BM25's document length): spaces and newlines."""
+    return text.count(" ") + text.count("\n") + 1 if text else 0
+
+
+@dataclass
+class _Scored:
+    """One row scored by BM25."""
+
+    score: float
+    key: Key
+    text: str
+    ctx: str
+
+
 class _Scorer:
     """BM25 over the text of a bounded set of rows, with the probes' knowledge as a floor."""
 
@@ -208,14 +229,25 @@ class _Scorer:
             stems = tuple(word_stems(term)) if term not in self.prefixes else (term,)
             self.keys.append(stems[0] if len(stems) == 1 else stems)
         self.phrases = [tuple(word_stems(" ".join(p))) for p in parsed.phrases]
-        self.single = frozenset(k for k in self.keys if isinstance(k, str)) - self.prefixes
         self.sequences = [k for k in self.keys if isinstance(k, tuple) and k] + self.phrases
+        # Every stem the rerank looks for, in query order: terms, then the phrases' words.
+        wanted: list[str] = []
+        for key in [*self.keys, *self.phrases]:
+            wanted += [key] if isinstance(key, str) else list(key)
+        self.wanted = list(dict.fromkeys(w for w in wanted if w))
+        self.stems = frozenset(self.wanted) - self.prefixes
         self.phrase_idf = _idf(documents, phrase_df)
+        words = [*parsed.terms, *(w for phrase in parsed.phrases for w in phrase)]
+        self.crude = list(dict.fromkeys(crude_stem(w) for w in words))
+        self.crude_set = frozenset(self.crude)
+        # A word whose crude stem is s starts with s: only those are looked at.
+        self.crude_pattern = re.compile(
+            r"(?<!\w)(?:" + "|".join(re.escape(w) for w in self.crude) + r")\w*", re.IGNORECASE
+        )
 
     def _counts(self, text: str) -> dict[str | tuple[str, ...], int]:
         counts: dict[str | tuple[str, ...], int] = {}
-        for _start, _end, stem in match_words(text, self.single, self.prefixes):
-            counts[stem] = counts.get(stem, 0) + 1
+        counts.update(count_stems(text, self.stems, self.prefixes))
         if self.sequences:
             stems = word_stems(text)
             for sequence in self.sequences:
@@ -225,9 +257,8 @@ class _Scorer:
                 )
         return counts
 
-    def score(self, key: Key, text: str, ctx: str, average: float) -> float:
-        length = len(text.split()) + len(ctx.split()) + 1
-        norm = K1 * (1.0 - B + B * length / average)
+    def score(self, key: Key, text: str, ctx: str, average: float) -> _Scored:
+        norm = K1 * (1.0 - B + B * (_words(text) + _words(ctx) + 1) / average)
         body = self._counts(text)
         context = self._counts(ctx) if ctx else {}
         total = 0.0
@@ -244,7 +275,53 @@ class _Scorer:
         for phrase in self.phrases:
             tf = max(1.0, float(body.get(phrase, 0)))
             total += self.phrase_idf * tf * (K1 + 1.0) / (tf + norm)
-        return total
+        return _Scored(score=total, key=key, text=text, ctx=ctx)
+
+    def boost(self, row: _Scored) -> float:
+        """The rerank's factor: coverage of the query's words, and pairs of them close together.
+
+        ``(1 + share of distinct query words held) * (1 + 0.3 * pairs)``, where a
+        pair is two words next to each other in the query found in that order
+        at most three words apart (BM25 ignores both). Words are compared by a
+        crude suffix stripper (:func:`crude_stem`), stricter than Porter's
+        ("peaceful" is not "peace"): the factor rewards the query's own words.
+        """
+        if len(self.crude) < 2:
+            return 1.0
+        joined = f"{row.text} {row.ctx}"
+        where: dict[str, list[int]] = {}
+        for match in self.crude_pattern.finditer(joined):
+            word = crude_stem(match.group().lower())
+            if word in self.crude_set:
+                where.setdefault(word, []).append(match.start())
+        coverage = len(where) / len(self.crude)
+        near = 0
+        for first, second in itertools.pairwise(self.crude):
+            if any(
+                0 < _gap(joined, a, b) <= 3
+                for a in where.get(first, ())
+                for b in where.get(second, ())
+                if 0 < b - a < 200
+            ):
+                near += 1
+        return (1.0 + coverage) * (1.0 + 0.3 * near)
+
+
+_SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ness", "er")
+
+
+@functools.lru_cache(maxsize=65_536)
+def crude_stem(word: str) -> str:
+    """A crude suffix stripper ("paints" and "painting" are "paint"): the rerank's word identity."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _gap(text: str, a: int, b: int) -> int:
+    """How many words from the one starting at ``a`` to the one starting at ``b``."""
+    return len(_TOKEN.findall(text, a, b))
 
 
 def rank(parsed: _search.ParsedQuery, index: TextIndex, *, want: int) -> Ranking:
@@ -279,20 +356,25 @@ def rank(parsed: _search.ParsedQuery, index: TextIndex, *, want: int) -> Ranking
         chosen = order[:budget]
         texts = index.texts(chosen)
         rows = [(key, *texts[key]) for key in chosen if key in texts]
-        average = sum(len(t.split()) + len(c.split()) + 1 for _, t, c in rows) / max(1, len(rows))
+        average = sum(_words(t) + _words(c) + 1 for _, t, c in rows) / max(1, len(rows))
         scored = sorted(
-            ((scorer.score(key, text, ctx, average), key, text, ctx) for key, text, ctx in rows),
-            key=lambda row: (-row[0], -row[1][1], row[1][0], row[1][2]),
+            (scorer.score(key, text, ctx, average) for key, text, ctx in rows),
+            key=lambda r: (-r.score, -r.key[1], r.key[0], r.key[2]),
         )
-        reordered = _search.rerank(parsed, [(s, f"{text} {ctx}") for s, _k, text, ctx in scored])
+        # The rerank reorders the best RERANK_WINDOW; the rest keep their BM25 order.
+        head = scored[: _search.RERANK_WINDOW]
+        boosted = sorted(
+            ((row.score * scorer.boost(row), n) for n, row in enumerate(head)),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        final = [head[n] for _, n in boosted] + scored[len(head) :]
         results: list[Ranked] = []
         seen: set[tuple[int, int]] = set()
-        for i in reordered:
-            score, key, text, ctx = scored[i]
-            owner = (key[0], key[1])
+        for row in final:
+            owner = (row.key[0], row.key[1])
             if owner not in seen:
                 seen.add(owner)
-                results.append(Ranked(key=key, score=score, text=text, ctx=ctx))
+                results.append(Ranked(key=row.key, score=row.score, text=row.text, ctx=row.ctx))
         if len(results) >= want or budget >= len(order):
             return Ranking(results=results, total=len(owners))
         budget *= 2

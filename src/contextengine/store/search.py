@@ -10,9 +10,6 @@ Stores call these helpers from ``Store.search`` (the engine of ``lcm_grep``):
   phrase is required, the bare terms are OR-ed (natural-language questions
   rarely share all their words with the answer; BM25 ranks the rows that share
   more of them first).
-* :func:`rerank` is the second pass over the best BM25 candidates: it rewards
-  rows that cover more distinct query terms and hold query words next to each
-  other (proximity), which BM25 alone ignores.
 * :func:`encode_cursor` / :func:`decode_cursor` make opaque page cursors bound
   to one conversation, mode, scope and query; a cursor from another query or
   conversation is rejected.
@@ -29,9 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
-import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -61,9 +56,7 @@ __all__ = [
     "plain_snippet",
     "quote",
     "regex_find",
-    "rerank",
     "snippet_around",
-    "stem",
 ]
 
 #: Markers around the matched text in snippets.
@@ -80,7 +73,7 @@ REGEX_MAX_ROWS = 20_000
 REGEX_ROW_CHARS = 100_000
 #: Timeout of one regex match over one row, in seconds.
 REGEX_ROW_TIMEOUT_S = 0.25
-#: Number of BM25 candidates the second pass reorders.
+#: Number of BM25 candidates the rerank (:mod:`contextengine.store.ranking`) reorders.
 RERANK_WINDOW = 100
 #: Characters of context on each side of a match in a snippet.
 SNIPPET_CONTEXT = 90
@@ -102,7 +95,6 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _PHRASE = re.compile(r'"([^"]*)"')
 _WORD = re.compile(r"\w+\*?", re.UNICODE)
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-_SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ness", "er")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,52 +164,6 @@ def fts5_match(
         return " AND ".join(phrases)
     optional = " OR ".join([*terms, phrases[0]])
     return " AND ".join(phrases) + f" AND ({optional})"
-
-
-@functools.lru_cache(maxsize=65_536)
-def stem(word: str) -> str:
-    """A crude suffix stripper, good enough to line up "paints" with "painting" when reranking."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def rerank(
-    query: ParsedQuery, candidates: Sequence[tuple[float, str]], *, window: int = RERANK_WINDOW
-) -> list[int]:
-    """Reorder the best ``window`` candidates; return the indexes of all candidates in new order.
-
-    ``candidates`` are ``(score, text)`` pairs in BM25 order, higher score
-    better. Within the window a row's score is multiplied up by the share of
-    distinct query terms it holds and by query terms found next to each other
-    (in query order, up to two words apart); rows past the window keep their
-    BM25 order, so pagination stays deterministic.
-    """
-    wanted = [stem(t) for t in query.terms] + [stem(w) for p in query.phrases for w in p]
-    wanted = list(dict.fromkeys(wanted))
-    head = list(range(min(window, len(candidates))))
-    if len(wanted) < 2 or not head:
-        return list(range(len(candidates)))
-    pairs = set(itertools.pairwise(wanted))
-    boosted: list[tuple[float, int]] = []
-    for index in head:
-        score, text = candidates[index]
-        stems = [stem(w) for w in _TOKEN.findall(text.lower())]
-        positions: dict[str, list[int]] = {}
-        for pos, word_stem in enumerate(stems):
-            if word_stem in wanted:
-                positions.setdefault(word_stem, []).append(pos)
-        coverage = len(positions) / len(wanted)
-        near = 0
-        for first, second in pairs:
-            if any(
-                0 < b - a <= 3 for a in positions.get(first, ()) for b in positions.get(second, ())
-            ):
-                near += 1
-        boosted.append((score * (1.0 + coverage) * (1.0 + 0.3 * near), index))
-    boosted.sort(key=lambda pair: (-pair[0], pair[1]))
-    return [index for _, index in boosted] + list(range(len(head), len(candidates)))
 
 
 # ------------------------------------------------------------------------------------ cursors

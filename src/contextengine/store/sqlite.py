@@ -13,10 +13,18 @@ The file format (applied by the numbered migrations in
   ``large_contents`` (id ``lc_`` + 16 hex).
 * ``search_index``: an FTS5 table (``porter unicode61`` tokenizer) over the
   searchable text of every message (:func:`contextengine.messages.message_text`)
-  and summary, written in the same transaction as the row it indexes. Each
-  message's row also holds the first 300 characters of the message before it
-  (column ``ctx``, weighted 0.4): answers are found by the words of the
-  question that prompted them.
+  and summary, written in the same transaction as the row it indexes. Its
+  ``conv`` column holds the conversation's ``search_token``, so every query is
+  scoped to one conversation inside FTS5. Each message's row also holds the
+  first 300 characters of the message before it (column ``ctx``, weighted 0.4
+  when ranking): answers are found by the words of the question that prompted
+  them.
+* **Segments** (migration 3, :mod:`contextengine.store.segments`): a text
+  longer than 4,000 characters is indexed in bounded segments. Rowids of
+  ``search_index``: ``r`` in ``(0, 2**61)`` is segment 0 of ``messages.rowid =
+  r``; ``-r`` the same for ``summaries.rowid = r``; ``±(2**61 + (r << 20) + k)``
+  is segment ``k >= 1`` of that row (empty ``ctx``). Search, snippets and regex
+  read one segment at a time, never a whole 10 MB row.
 
 **Identity keys.** A message's identity is its provider message id when it
 has one (``id:<id>``). Otherwise it is ``h:<position>:<sha256 of the canonical
@@ -40,8 +48,19 @@ and identity key, so the same archive copied to another store keeps its ids.
 :meth:`SQLiteStore.prune`: a whole conversation with its messages, summaries,
 edges, context, large contents and index rows, in one transaction.
 
+**Two write paths, one result.** :meth:`SQLiteStore.append_messages` is the
+per-turn path: one short ``BEGIN IMMEDIATE`` transaction per call.
+:meth:`SQLiteStore.import_messages` and :meth:`SQLiteStore.copy_messages` are
+the bulk path (:mod:`contextengine.store.bulk`): chunks prepared in a second
+thread, one transaction per chunk, the WAL checkpointed by a background
+connection meanwhile. Both store the same rows.
+
 Connections run in WAL mode (files), with foreign keys on, a busy timeout and
-``synchronous=FULL``: a committed append survives a power cut.
+``synchronous=FULL``: a committed append survives a power cut. (Measured per
+2-message turn: about 0.5 ms of CPU; the commit's fsync is the rest, from a
+fraction of a millisecond to several on a busy disk, see
+``docs/benchmarks.md``. ``NORMAL`` would drop it but lose the last commits on
+power loss; we keep ``FULL``.)
 """
 
 from __future__ import annotations

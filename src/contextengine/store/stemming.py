@@ -19,7 +19,7 @@ import functools
 import re
 from collections.abc import Iterator
 
-__all__ = ["WORD", "match_words", "porter", "word_stems"]
+__all__ = ["WORD", "count_stems", "match_words", "porter", "word_stems"]
 
 #: A word as the index's tokenizer sees one: letters and digits, no underscore.
 WORD = re.compile(r"[^\W_]+")
@@ -189,12 +189,12 @@ def word_stems(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1_024)
-def _prefilter(stems: frozenset[str]) -> re.Pattern[str]:
+def _prefilter(stems: frozenset[str], fold: bool) -> re.Pattern[str]:
     # A word stemming to s starts with s minus its last letter (Porter only
     # rewrites a word's end: y -> i, an e added or dropped).
     heads = sorted({s[:-1] if len(s) > 3 else s for s in stems}, key=len, reverse=True)
     alternatives = "|".join(re.escape(h) for h in heads)
-    return re.compile(r"(?<![^\W_])(?:" + alternatives + r")[^\W_]*", re.IGNORECASE)
+    return re.compile(r"(?<![^\W_])(?:" + alternatives + r")[^\W_]*", re.IGNORECASE if fold else 0)
 
 
 def match_words(
@@ -209,7 +209,7 @@ def match_words(
     wanted = stems | prefixes
     if not wanted:
         return
-    for match in _prefilter(frozenset(wanted)).finditer(text):
+    for match in _prefilter(frozenset(wanted), True).finditer(text):
         stem = porter(match.group().lower())
         if stem in stems:
             yield match.start(), match.end(), stem
@@ -218,3 +218,28 @@ def match_words(
                 if stem.startswith(prefix):
                     yield match.start(), match.end(), prefix
                     break
+
+
+def count_stems(
+    text: str, stems: frozenset[str], prefixes: frozenset[str] = frozenset()
+) -> dict[str, int]:
+    """How many words of ``text`` stem to each of ``stems`` (or start with a prefix).
+
+    :func:`match_words` without the offsets, for counting many texts: the text
+    is lower-cased once and scanned case-sensitively, which is several times
+    faster than a case-insensitive scan.
+    """
+    counts: dict[str, int] = {}
+    wanted = stems | prefixes
+    if not wanted:
+        return counts
+    for word in _prefilter(frozenset(wanted), False).findall(text.lower()):
+        stem = porter(word)
+        if stem in stems:
+            counts[stem] = counts.get(stem, 0) + 1
+            continue
+        for prefix in prefixes:
+            if stem.startswith(prefix):
+                counts[prefix] = counts.get(prefix, 0) + 1
+                break
+    return counts
