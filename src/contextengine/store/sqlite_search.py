@@ -49,13 +49,20 @@ _CHUNK = 400  # parameters per IN (...) list
 _LAST_SEGMENT = (1 << SEGMENT_BITS) - 1
 #: Rows fetched per step of a regex scan (messages or the segments of one message).
 _SCAN_BATCH = 64
-#: (kind, segment >= 1): the rowid range and the order that puts the newest first.
+#: (kind, segment >= 1) -> the region's rowid range ``[low, high]``. Summaries'
+#: rowids are negative, so for them ascending order is newest first.
 _REGIONS = {
-    (0, False): ("rowid > 0 AND rowid < ?2", "DESC"),
-    (0, True): ("rowid >= ?2", "DESC"),
-    (1, False): ("rowid < 0 AND rowid > -?2", "ASC"),
-    (1, True): ("rowid <= -?2", "ASC"),
+    (0, False): (1, SEGMENT_BASE - 1),
+    (0, True): (SEGMENT_BASE, (1 << 62) - 1),
+    (1, False): (-(SEGMENT_BASE - 1), -1),
+    (1, True): (-((1 << 62) - 1), -SEGMENT_BASE),
 }
+_PROBE = (
+    "SELECT rowid FROM search_index WHERE search_index MATCH ? AND rowid >= ? AND rowid <= ?"
+    " ORDER BY rowid LIMIT ?"
+)
+#: Window searches of one probe, at most (each halves or doubles the window).
+_WINDOW_STEPS = 16
 
 
 def _key(rowid: int) -> _ranking.Key:
@@ -105,15 +112,52 @@ class SQLiteTextIndex:
         return " AND ".join(parts)
 
     def probe(self, term: str | None, cap: int) -> list[_ranking.Key]:
-        selects = [
-            f"SELECT * FROM (SELECT rowid FROM search_index WHERE search_index MATCH ?1"
-            f" AND {where} ORDER BY rowid {direction} LIMIT ?3)"
-            for where, direction in (_REGIONS[r] for r in self.regions)
-        ]
-        rows = self.db.execute(
-            " UNION ALL ".join(selects), (self.match(term), SEGMENT_BASE, cap)
-        ).fetchall()
-        return [_key(r[0]) for r in rows]
+        match = self.match(term)
+        keys: list[_ranking.Key] = []
+        for region in self.regions:
+            keys += [_key(rowid) for rowid in self._newest(match, region, cap)]
+        return keys
+
+    def _rowids(self, match: str, low: int, high: int, limit: int) -> list[int]:
+        rows = self.db.execute(_PROBE, (match, low, high, limit)).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def _newest(self, match: str, region: tuple[int, bool], cap: int) -> list[int]:
+        """The newest ``cap`` rowids of ``region`` matching ``match``, newest first.
+
+        Only ascending scans: SQLite 3.40's FTS5 can return nothing at all for
+        ``ORDER BY rowid DESC`` over an AND whose rarer side is small (found at
+        a million rows). Ascending from the region's start gives every row of
+        a rare word (and, with negative rowids, the newest summaries first);
+        for a common word, a window below the conversation's newest rowid is
+        searched, halved when it holds too many rows, doubled when too few.
+        """
+        low, high = _REGIONS[region]
+        first = self._rowids(match, low, high, cap + 1)
+        if region[0] == 1 or len(first) <= cap:
+            return first[:cap] if region[0] == 1 else first[::-1]
+        top = self._top(region)
+        width = max(1, 2 * cap * (first[-1] - first[0]) // cap)
+        found = first
+        for _ in range(_WINDOW_STEPS):
+            start = max(first[0], top - width)
+            found = self._rowids(match, start, top, 4 * cap + 1)
+            if len(found) > 4 * cap and width > 1:
+                width //= 2  # too many rows in the window: its top part is what we want
+            elif len(found) >= cap or start <= first[0]:
+                break
+            else:
+                width *= 2
+        return found[-cap:][::-1]
+
+    def _top(self, region: tuple[int, bool]) -> int:
+        """The highest rowid the conversation can hold in a message region."""
+        row = self.db.execute(
+            "SELECT rowid FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
+            (self.conversation_id,),
+        ).fetchone()
+        newest = int(row[0]) if row else 0
+        return segment_rowid(newest, _LAST_SEGMENT) if region[1] and newest else newest
 
     def texts(self, keys: Sequence[_ranking.Key]) -> dict[_ranking.Key, tuple[str, str]]:
         out: dict[_ranking.Key, tuple[str, str]] = {}
@@ -267,13 +311,17 @@ def _later_segments(
     """``(k, text, last)`` of the segments ``k >= start`` (``start >= 1``) of the row ``owner``."""
     k = start
     while True:
-        lo, hi = segment_rowid(owner, k), segment_rowid(owner, _LAST_SEGMENT)
-        lo, hi, direction = (lo, hi, "ASC") if owner > 0 else (hi, lo, "DESC")
+        # Ascending scans only (see SQLiteTextIndex._newest); a summary's segments
+        # have falling rowids, so they are read in windows of segment numbers.
+        last = min(_LAST_SEGMENT, k + _SCAN_BATCH)
+        lo, hi = segment_rowid(owner, k), segment_rowid(owner, last)
         rows = db.execute(
             "SELECT rowid, body FROM search_index WHERE search_index MATCH ? AND rowid >= ?"
-            f" AND rowid <= ? ORDER BY rowid {direction} LIMIT ?",
-            (conv, lo, hi, _SCAN_BATCH + 1),
+            " AND rowid <= ? ORDER BY rowid",
+            (conv, min(lo, hi), max(lo, hi)),
         ).fetchall()
+        if owner < 0:
+            rows.reverse()
         more = len(rows) > _SCAN_BATCH
         rows = rows[:_SCAN_BATCH]
         for i, (rowid, text) in enumerate(rows):
