@@ -861,7 +861,7 @@ class PostgresStore(_common.StoreBase):
             with self._pool.connection() as conn:
                 conn.autocommit = True
                 try:
-                    for table in _common.TABLE_COUNTS.values():
+                    for table in (*_common.TABLE_COUNTS.values(), "search_segments"):
                         conn.execute(
                             sql.SQL("VACUUM (ANALYZE) {}.{}").format(
                                 sql.Identifier(self.schema), sql.Identifier(table)

@@ -90,12 +90,13 @@ CTX_WEIGHT = 0.4
 class TextIndex(Protocol):
     """What :func:`rank` needs from a store, for one conversation and one query."""
 
-    def probe(self, term: str | None, cap: int) -> list[Key]:
-        """Rows holding every phrase of the query and ``term`` (None: phrases only).
+    def probe_many(self, terms: Sequence[str | None], cap: int) -> list[list[Key]]:
+        """For each term, the rows holding every phrase of the query and it (None: phrases only).
 
         At most ``cap`` rows per region (messages' segment 0, messages' later
         segments, and the same for summaries when the scope includes them),
-        newest first within a region.
+        newest first within a region. All the terms of a query are asked at
+        once, so a store can share work between them.
         """
         ...
 
@@ -335,8 +336,10 @@ def rank(parsed: _search.ParsedQuery, index: TextIndex, *, want: int) -> Ranking
     cap = probe_cap(len(terms) + bool(parsed.phrases), size)
     # Rows must hold every phrase, and each probe asks for them; the phrases'
     # own probe gives the rows that hold no query term at all.
-    probes = [_read_probe(index, index.probe(term, cap), cap, size) for term in terms]
-    phrases = _read_probe(index, index.probe(None, cap), cap, size) if parsed.phrases else None
+    asked: list[str | None] = [*terms, *([None] if parsed.phrases else [])]
+    found = index.probe_many(asked, cap)
+    probes = [_read_probe(index, keys, cap, size) for keys in found[: len(terms)]]
+    phrases = _read_probe(index, found[-1], cap, size) if parsed.phrases else None
     documents = max([float(size), *(p.df + 1.0 for p in probes)]) + 1.0
     coarse: dict[Key, float] = {}
     weighted = [(_idf(documents, p.df), p) for p in probes]

@@ -111,7 +111,11 @@ class SQLiteTextIndex:
             parts.append("{body ctx} : (" + _search.quote(term) + star + ")")
         return " AND ".join(parts)
 
+    def probe_many(self, terms: Sequence[str | None], cap: int) -> list[list[_ranking.Key]]:
+        return [self.probe(term, cap) for term in terms]
+
     def probe(self, term: str | None, cap: int) -> list[_ranking.Key]:
+        """One term's probe (see :meth:`~contextengine.store.ranking.TextIndex.probe_many`)."""
         match = self.match(term)
         keys: list[_ranking.Key] = []
         for region in self.regions:
