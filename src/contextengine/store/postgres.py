@@ -60,9 +60,11 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 from contextengine.errors import StoreError
 from contextengine.store import _common
 from contextengine.store import bulk as _bulk
+from contextengine.store import postgres_bulk as _pg_bulk
 from contextengine.store import search as _search
 from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
+from contextengine.store.postgres_bulk import insert_segments, segment_rows
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
     search_regex,
@@ -151,34 +153,6 @@ _INSERT_MESSAGES = (
 )
 
 
-def _insert_segments(
-    conn: psycopg.Connection[Any], conversation_id: str, kind: int, rows: Sequence[tuple[Any, ...]]
-) -> None:
-    """Write segments ``k >= 1``: ``(owner, k, text, tsv)`` rows."""
-    if rows:
-        conn.execute(
-            "INSERT INTO search_segments (conversation_id, kind, owner, segment, body, tsv)"
-            " SELECT %s, %s, * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::tsvector[])"
-            " ON CONFLICT DO NOTHING",
-            [conversation_id, kind, *(list(column) for column in zip(*rows, strict=True))],
-        )
-
-
-def _segment_rows(owner: int, segments: Sequence[str]) -> list[tuple[Any, ...]]:
-    return [(owner, k, text, tsvector(text)) for k, text in enumerate(segments) if k]
-
-
-def _index_data(segments: Sequence[str], ctx: str) -> tuple[str, str, list[tuple[Any, ...]]]:
-    """A message's ``body``, ``tsv`` and later ``(k, text, tsv)`` segments, NUL-free.
-
-    The bulk path's :data:`~contextengine.store.bulk.IndexHook`: it runs in the
-    producer thread, where it overlaps the server's work on the previous chunk.
-    """
-    clean = [text.replace("\x00", " ") for text in segments]
-    later = [(k, text, tsvector(text)) for k, text in enumerate(clean) if k]
-    return clean[0], tsvector(clean[0], ctx), later
-
-
 def insert_summary(
     conn: psycopg.Connection[Any],
     conversation_id: str,
@@ -202,7 +176,7 @@ def insert_summary(
     ).fetchone()
     if row is None:
         return False
-    _insert_segments(conn, conversation_id, 1, _segment_rows(int(row[0]), segments))
+    insert_segments(conn, conversation_id, 1, segment_rows(int(row[0]), segments))
     return True
 
 
@@ -386,12 +360,12 @@ class PostgresStore(_common.StoreBase):
                 context = previous[:CONTEXT_CHARS]
                 index = tsvector(segments[0], context)
                 rows.append((*values, m.identity_key, now, segments[0], context, index))
-                later += _segment_rows(m.seq, segments)
+                later += segment_rows(m.seq, segments)
                 previous = segments[0]
             if rows:
                 # One statement over arrays: far faster than executemany's row-by-row protocol.
                 conn.execute(_INSERT_MESSAGES, [list(column) for column in zip(*rows, strict=True)])
-                _insert_segments(conn, conversation_id, 0, later)
+                insert_segments(conn, conversation_id, 0, later)
                 conn.execute(
                     "UPDATE conversations SET updated_at = %s WHERE id = %s",
                     (now, conversation_id),
@@ -415,10 +389,10 @@ class PostgresStore(_common.StoreBase):
         """Store many messages fast (importers, replays); return how many were newly stored.
 
         Stores exactly what ``append_messages`` with the same arguments stores,
-        in transactions of :data:`~contextengine.store.bulk.CHUNK` messages,
-        each written with ``COPY`` into a temporary table and one ``INSERT ...
-        SELECT`` (which computes ``tsv``), with the preparation in a second
-        thread (:mod:`contextengine.store.bulk`).
+        in transactions of up to :data:`~contextengine.store.bulk.CHUNK`
+        messages, each written with one ``COPY`` (the rows' ``tsv`` computed
+        in a second thread with the rest of the preparation,
+        :mod:`contextengine.store.postgres_bulk`).
         """
         if not messages:
             with self._tx() as conn:
@@ -430,16 +404,16 @@ class PostgresStore(_common.StoreBase):
                 self._require_conversation(conn, conversation_id)
                 count = self.message_count(conversation_id)
                 hashes = [_common.canonical_hash(m) for m in messages[: min(len(messages), count)]]
-                start = self._identity_start(conn, conversation_id, hashes, count)
+                start = _pg_bulk.identity_start(conn, conversation_id, hashes, count)
         chunks = _bulk.prepare_messages(
             conversation_id,
             messages,
             start=start,
             token_counts=token_counts,
             count=self._count,
-            index=_index_data,
+            index=_pg_bulk.index_data,
         )
-        return self._write_chunks(conversation_id, chunks, to_context=to_context)
+        return _pg_bulk.write_chunks(self, conversation_id, chunks, to_context=to_context)
 
     def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
         """Write messages read from another archive verbatim; return how many were new.
@@ -449,111 +423,8 @@ class PostgresStore(_common.StoreBase):
         are skipped; the others must continue the history (the first new one at
         ``seq == message_count``, then one after another), else :class:`StoreError`.
         """
-        chunks = _bulk.prepare_records(records, index=_index_data)
-        return self._write_chunks(conversation_id, chunks, to_context=False)
-
-    def _identity_start(
-        self, conn: psycopg.Connection[Any], conversation_id: str, hashes: Sequence[str], count: int
-    ) -> int:
-        def stored_json(lo: int, hi: int) -> list[str]:
-            rows = conn.execute(
-                "SELECT json FROM messages WHERE conversation_id = %s AND seq >= %s AND seq < %s"
-                " ORDER BY seq",
-                (conversation_id, lo, hi),
-            ).fetchall()
-            return [r[0] for r in rows]
-
-        return _common.align_batch(stored_json, count, hashes)
-
-    def _write_chunks(
-        self,
-        conversation_id: str,
-        chunks: Iterator[list[_bulk.Prepared]],
-        *,
-        to_context: bool,
-    ) -> int:
-        stored = 0
-        expected: int | None = None  # the count our chunks left, while the import started empty
-        seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
-        for chunk in _bulk.pipelined(chunks):
-            with self._tx() as conn:
-                self._lock_conversation(conn, conversation_id)
-                last = conn.execute(
-                    "SELECT seq, body FROM messages WHERE conversation_id = %s"
-                    " ORDER BY seq DESC LIMIT 1",
-                    (conversation_id,),
-                ).fetchone()
-                count = int(last[0]) + 1 if last else 0
-                previous = str(last[1]) if last else ""
-                existing: set[str] = set()
-                # Into a conversation that was empty, no one else writing (the count is
-                # what our own chunks left): no stored row can hold these identities.
-                if count != (0 if expected is None else expected):
-                    existing = {
-                        r[0]
-                        for r in conn.execute(
-                            "SELECT identity_key FROM messages WHERE conversation_id = %s"
-                            " AND identity_key = ANY(%s)",
-                            (conversation_id, [p.key for p in chunk]),
-                        )
-                    }
-                now = self._clock()
-                rows: list[tuple[Any, ...]] = []
-                later: list[tuple[Any, ...]] = []
-                context: list[ContextRef] = []
-                for p in chunk:
-                    if p.key in existing or p.key in seen:
-                        continue
-                    if p.key.startswith("id:"):
-                        seen.add(p.key)
-                    seq = count + len(rows)
-                    if p.seq is not None and p.seq != seq:
-                        raise StoreError(
-                            f"copy_messages: message {p.id} has seq {p.seq} but the history of"
-                            f" {conversation_id!r} continues at {seq}"
-                        )
-                    ctx = previous[:CONTEXT_CHARS]
-                    # The producer computed the words with the ctx it expected; rarely wrong.
-                    body, index, later_rows = (
-                        p.index if ctx == p.ctx else _index_data(p.segments, ctx)
-                    )
-                    created = now if p.created_at is None else p.created_at
-                    values = (p.id, conversation_id, seq, p.role, p.json, p.tokens, p.key, created)
-                    rows.append((*values, body, ctx, index))
-                    later += [(seq, *segment) for segment in later_rows]
-                    previous = body
-                    if to_context and not (seq == 0 and p.role == "system"):
-                        context.append(ContextRef(kind="message", id=p.id))
-                if rows:
-                    self._copy_rows(conn, rows)
-                    _insert_segments(conn, conversation_id, 0, later)
-                    if context:
-                        self._insert_context(
-                            conn, conversation_id, self._context_end(conn, conversation_id), context
-                        )
-                    conn.execute(
-                        "UPDATE conversations SET updated_at = GREATEST(updated_at, %s)"
-                        " WHERE id = %s",
-                        (max(r[7] for r in rows), conversation_id),
-                    )
-                fresh = count == (0 if expected is None else expected)
-                expected = count + len(rows) if fresh else -1
-                stored += len(rows)
-        return stored
-
-    @staticmethod
-    def _copy_rows(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
-        """``COPY`` message rows, ``tsv`` included (computed by the store), into ``messages``.
-
-        ``COPY`` has no ``ON CONFLICT``: the caller holds the conversation's
-        lock and has left out every identity already stored.
-        """
-        with conn.cursor().copy(
-            "COPY messages (id, conversation_id, seq, role, json, token_count, identity_key,"
-            " created_at, body, ctx, tsv) FROM STDIN"
-        ) as copy:
-            for row in rows:
-                copy.write_row(row)
+        chunks = _bulk.prepare_records(records, index=_pg_bulk.index_data)
+        return _pg_bulk.write_chunks(self, conversation_id, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
 

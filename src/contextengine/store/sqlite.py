@@ -70,7 +70,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,6 +78,7 @@ from contextengine.errors import StoreError
 from contextengine.store import _common
 from contextengine.store import bulk as _bulk
 from contextengine.store import search as _search
+from contextengine.store import sqlite_bulk as _sqlite_bulk
 from contextengine.store import sqlite_search as _sqlite_search
 from contextengine.store._common import identity_key, message_search_text
 from contextengine.store.ids import (
@@ -97,7 +98,8 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
-from contextengine.store.segments import segment_rowid, segment_text
+from contextengine.store.segments import segment_text
+from contextengine.store.sqlite_bulk import index_rows
 
 __all__ = ["SQLiteStore", "identity_key", "message_search_text"]
 
@@ -111,19 +113,6 @@ _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, token_count, seq_start, seq_end, "
     "time_start, time_end, descendant_count, fallback, created_at"
 )
-
-
-def _index_rows(
-    rowid: int, token: str, segments: Sequence[str], previous: str
-) -> list[tuple[int, str, str, str]]:
-    """The ``search_index`` rows of one text: segment 0 at ``rowid`` with its context, then more.
-
-    ``rowid`` is the message's rowid or minus the summary's; ``previous`` is the
-    text of the message before (only its first :data:`~._common.CONTEXT_CHARS` are kept).
-    """
-    rows = [(rowid, token, segments[0], previous[: _common.CONTEXT_CHARS])]
-    rows += [(segment_rowid(rowid, k), token, text, "") for k, text in enumerate(segments) if k]
-    return rows
 
 
 class SQLiteStore(_common.StoreBase):
@@ -293,14 +282,14 @@ class SQLiteStore(_common.StoreBase):
                 lambda i: token_counts[i] if token_counts is not None else self._count(messages[i]),
             )
             rows: list[tuple[Any, ...]] = []
-            index_rows: list[tuple[int, str, str, str]] = []
+            fts_rows: list[tuple[int, str, str, str]] = []
             previous = self._last_text(db, conversation_id, count)
             for n, (i, m) in enumerate(new):
                 rowid = max_rowid + 1 + n
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
                 rows.append((rowid, *values, m.identity_key, now))
                 segments = segment_text(message_search_text(m.message))
-                index_rows += _index_rows(rowid, token, segments, previous)
+                fts_rows += index_rows(rowid, token, segments, previous)
                 previous = segments[0]
             if rows:
                 db.executemany(
@@ -311,7 +300,7 @@ class SQLiteStore(_common.StoreBase):
                 )
                 db.executemany(
                     "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                    index_rows,
+                    fts_rows,
                 )
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
@@ -375,11 +364,13 @@ class SQLiteStore(_common.StoreBase):
             head = min(len(messages), self.message_count(conversation_id))
             hashes = [_common.canonical_hash(m) for m in messages[:head]]
             with self._snapshot() as db:
-                start = self._align(db, conversation_id, hashes)
+                start = _sqlite_bulk.align(db, conversation_id, hashes)
         chunks = _bulk.prepare_messages(
             conversation_id, messages, start=start, token_counts=token_counts, count=self._count
         )
-        return self._write_chunks(conversation_id, token, chunks, to_context=to_context)
+        return _sqlite_bulk.write_chunks(
+            self, conversation_id, token, chunks, to_context=to_context
+        )
 
     def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
         """Write messages read from another archive verbatim; return how many were new.
@@ -391,149 +382,8 @@ class SQLiteStore(_common.StoreBase):
         :class:`StoreError`.
         """
         token = self._search_token(conversation_id)
-        return self._write_chunks(
-            conversation_id, token, _bulk.prepare_records(records), to_context=False
-        )
-
-    def _align(self, db: sqlite3.Connection, conversation_id: str, hashes: Sequence[str]) -> int:
-        """Where a batch without ``start_seq`` starts (the rule of ``append_messages``)."""
-        (count,) = db.execute(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()
-
-        def stored_json(lo: int, hi: int) -> list[str]:
-            rows = db.execute(
-                "SELECT json FROM messages WHERE conversation_id = ? AND seq >= ? AND seq < ?"
-                " ORDER BY seq",
-                (conversation_id, lo, hi),
-            ).fetchall()
-            return [r[0] for r in rows]
-
-        return _common.align_batch(stored_json, int(count), hashes)
-
-    def _write_chunks(
-        self,
-        conversation_id: str,
-        token: str,
-        chunks: Iterator[list[_bulk.Prepared]],
-        *,
-        to_context: bool,
-    ) -> int:
-        stored = 0
-        expected: int | None = None  # the count our chunks left, while the import started empty
-        seen: set[str] = set()  # provider-id identities of this import (h: keys hold positions)
-        with self._checkpointing():
-            for chunk in _bulk.pipelined(chunks):
-                count, added = self._write_chunk(
-                    conversation_id, token, chunk, seen, expected, to_context
-                )
-                fresh = count == (0 if expected is None else expected)
-                expected = count + added if fresh else -1
-                stored += added
-        return stored
-
-    @contextmanager
-    def _checkpointing(self) -> Iterator[None]:
-        """Checkpoint the WAL from a second connection while a bulk import writes.
-
-        A commit that finds the WAL over its limit copies the pages into the
-        database file itself, in the writer's thread: during an import, a third
-        of the writer's time. Here a background connection runs ``PASSIVE``
-        checkpoints (they never block the writer) and the writer's own are off
-        until the import ends. Durability is unchanged: every commit still
-        syncs the WAL.
-        """
-        if self.path == ":memory:":
-            yield
-            return
-        stop = threading.Event()
-
-        def checkpoint() -> None:
-            with closing(sqlite3.connect(self.path, timeout=1.0)) as db:
-                while not stop.wait(0.05):
-                    with suppress(sqlite3.Error):
-                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-
-        thread = threading.Thread(target=checkpoint, name="contextengine-checkpoint", daemon=True)
-        with self._lock:
-            self._db.execute("PRAGMA wal_autocheckpoint = 0")
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-            with self._lock:
-                self._db.execute("PRAGMA wal_autocheckpoint = 1000")
-
-    def _write_chunk(
-        self,
-        conversation_id: str,
-        token: str,
-        chunk: list[_bulk.Prepared],
-        seen: set[str],
-        expected: int | None,
-        to_context: bool,
-    ) -> tuple[int, int]:
-        """One chunk of the bulk path in one transaction: (messages before it, messages stored)."""
-        with self._write() as db:
-            (count,) = db.execute(
-                "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = ?",
-                (conversation_id,),
-            ).fetchone()
-            # Into a conversation that was empty, no one else writing (the count is
-            # what our own chunks left): no stored row can hold these identities.
-            existing = (
-                set()
-                if count == (0 if expected is None else expected)
-                else self._existing_keys(db, conversation_id, [p.key for p in chunk])
-            )
-            (max_rowid,) = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()
-            previous = self._last_text(db, conversation_id, count)
-            now = self._clock()
-            rows: list[tuple[Any, ...]] = []
-            index_rows: list[tuple[int, str, str, str]] = []
-            context: list[ContextRef] = []
-            for p in chunk:
-                if p.key in existing or p.key in seen:
-                    continue
-                if p.key.startswith("id:"):
-                    seen.add(p.key)
-                seq = count + len(rows)
-                if p.seq is not None and p.seq != seq:
-                    raise StoreError(
-                        f"copy_messages: message {p.id} has seq {p.seq} but the history of"
-                        f" {conversation_id!r} continues at {seq}"
-                    )
-                rowid = max_rowid + 1 + len(rows)
-                created = now if p.created_at is None else p.created_at
-                rows.append(
-                    (rowid, p.id, conversation_id, seq, p.role, p.json, p.tokens, p.key, created)
-                )
-                index_rows += _index_rows(rowid, token, p.segments, previous)
-                previous = p.segments[0]
-                if to_context and not (seq == 0 and p.role == "system"):
-                    context.append(ContextRef(kind="message", id=p.id))
-            if rows:
-                db.executemany(
-                    "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
-                    " token_count, identity_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                db.executemany(
-                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                    index_rows,
-                )
-                if context:
-                    self._insert_context(
-                        db, conversation_id, self._context_end(db, conversation_id), context
-                    )
-                db.execute(
-                    "UPDATE conversations SET updated_at = MAX(updated_at, ?) WHERE id = ?",
-                    (max(r[8] for r in rows), conversation_id),
-                )
-        return int(count), len(rows)
+        chunks = _bulk.prepare_records(records)
+        return _sqlite_bulk.write_chunks(self, conversation_id, token, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -653,7 +503,7 @@ class SQLiteStore(_common.StoreBase):
                 )
                 db.executemany(
                     "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                    _index_rows(-rowid, token, segment_text(summary.content), ""),
+                    index_rows(-rowid, token, segment_text(summary.content), ""),
                 )
                 written.append(summary_id)
                 records.append(
@@ -780,11 +630,11 @@ class SQLiteStore(_common.StoreBase):
                 ).fetchone()
                 if row is not None:
                     # Every index row of the conversation (segments included) holds its token.
-                    index_rows = db.execute(
+                    doomed = db.execute(
                         "SELECT rowid FROM search_index WHERE search_index MATCH ?",
                         (f'conv : "{row[0]}"',),
                     ).fetchall()
-                    db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
+                    db.executemany("DELETE FROM search_index WHERE rowid = ?", doomed)
                 # Edges and context rows go by cascade; deleting them first keeps the
                 # cascade from checking summary ids one by one.
                 db.execute(
