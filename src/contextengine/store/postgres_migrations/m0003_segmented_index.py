@@ -20,6 +20,9 @@ Three changes, for search and ingest at scale:
   schema, unused.
 * **``tsv`` is stored in the row** (``STORAGE MAIN``, compressed) rather
   than out of line: testing a common word row by row reads no TOAST table.
+* **The full-text indexes hold the conversation** when the server has the
+  ``btree_gin`` extension: ``GIN (conversation_id, tsv)`` replaces ``GIN
+  (tsv)`` on ``messages`` and ``search_segments``.
 * **The trigram indexes are dropped.** They made every insert about twice as
   expensive, and regex search now scans a bounded window of rows per call
   (they remain an option, see ``docs/postgres.md``).
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DESCRIPTION", "POSTGRES", "POSTGRES_STEP", "VERSION"]
+__all__ = ["DESCRIPTION", "POSTGRES", "POSTGRES_OPTIONAL", "POSTGRES_STEP", "VERSION"]
 
 VERSION = 3
 DESCRIPTION = "long texts indexed in bounded segments; Porter words written by the store"
@@ -60,6 +63,29 @@ POSTGRES: tuple[str, ...] = (
     "ALTER TABLE search_segments ALTER COLUMN tsv SET STORAGE MAIN",
     "DROP INDEX IF EXISTS messages_body_trgm",
     "DROP INDEX IF EXISTS summaries_body_trgm",
+)
+
+# With the btree_gin extension (contrib, like pg_trgm), the full-text indexes
+# hold the conversation too: a probe for a word then reads only this
+# conversation's entries, however many other conversations hold the word (a
+# schema of 300,000 messages in three conversations: p95 110 ms without, 70
+# with). The single-column indexes go once their replacements exist. A server
+# that refuses the extension keeps migration 1's indexes.
+POSTGRES_OPTIONAL: tuple[str, ...] = (
+    "CREATE EXTENSION IF NOT EXISTS btree_gin WITH SCHEMA public",
+    "CREATE INDEX messages_conversation_tsv ON messages USING GIN (conversation_id, tsv)",
+    "CREATE INDEX search_segments_conversation_tsv ON search_segments"
+    " USING GIN (conversation_id, tsv)",
+    """
+    DO $$ BEGIN
+        IF to_regclass('messages_conversation_tsv') IS NOT NULL THEN
+            DROP INDEX IF EXISTS messages_tsv;
+        END IF;
+        IF to_regclass('search_segments_conversation_tsv') IS NOT NULL THEN
+            DROP INDEX IF EXISTS search_segments_tsv;
+        END IF;
+    END $$
+    """,
 )
 
 _BATCH = 5_000
