@@ -41,14 +41,14 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
     (
         "store",
         "Archive store (SQLite)",
-        {"sizes": [10_000, 100_000, 1_000_000]},
-        {"sizes": [10_000]},
+        {"size": 1_000_000, "turn_sizes": (10_000, 100_000, 1_000_000)},
+        {},
     ),
     (
         "store_postgres",
-        "Archive store: SQLite against PostgreSQL",
-        {"sizes": [100_000, 1_000_000]},
-        {"sizes": [10_000]},
+        "Archive store (PostgreSQL)",
+        {"size": 100_000, "turn_sizes": (10_000, 100_000)},
+        {},
     ),
     (
         "host",

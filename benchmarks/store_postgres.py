@@ -1,22 +1,23 @@
-"""Archive benchmark, SQLite and PostgreSQL side by side: ingest, ``lcm_grep`` latency, concurrency.
+"""Archive benchmark (PostgreSQL): bulk and per-turn ingest, ``lcm_grep``, concurrent writers.
 
-Both stores get the same synthetic messages (the generator of
-``benchmarks/store.py``: real tau-bench and LoCoMo texts, cycled and
-perturbed) and the same queries (2-4 words of a random stored message of a
-random conversation, ``store.search`` text mode, scope "all", limit 20).
+The measurements of ``benchmarks/store.py`` (same messages, same queries, same
+checks; see its docstring) on a ``PostgresStore``:
 
-* Growth: each archive grows to every size in ``sizes`` (conversations of
-  ``per_conversation`` messages, one ``append_messages`` call each); at each
-  size we report the ingest rate of the step and the grep p50/p95.
-* Concurrent writers: 1, 4 and 8 processes at once, each appending turns of
-  10 messages to conversations of its own (as agents on a gateway do), into
-  a fresh archive; throughput is all messages over the wall time from the
-  common start to the last writer's end. SQLite serialises writers on its
-  file lock; PostgreSQL takes them in parallel up to its row locks.
+* bulk ingest (``import_messages``: ``COPY`` in chunks, the rows' words
+  computed in a second thread), with token counts given and counted;
+* per-turn ingest through ``LosslessEngine.on_turn_complete`` and through
+  ``append_messages(..., to_context=True)`` alone, at each archive size;
+* ``lcm_grep`` on ONE conversation grown to each size (100,000 messages in the
+  full run), warm (one pool) and cold (a new store, so a new connection, per
+  query; the server's own caches stay warm);
+* concurrent writers: 1, 4 and 8 processes at once, each appending turns of
+  10 messages to a conversation of its own, SQLite and PostgreSQL side by
+  side; throughput is all messages over the wall time from the common start
+  to the last writer's end.
 
 PostgreSQL is the server at ``CONTEXTENGINE_BENCH_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), in a throwaway schema dropped
-at the end. Run: ``PYTHONPATH=src python benchmarks/store_postgres.py --sizes 100000,1000000``.
+at the end. Run: ``PYTHONPATH=src python benchmarks/store_postgres.py [--quick] [--size 100000]``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,19 +46,21 @@ WRITER_COUNTS = (1, 4, 8)
 
 def _store_bench() -> ModuleType:
     """``benchmarks/store.py``, imported by path (this folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "contextengine_bench_store", Path(__file__).with_name("store.py")
-    )
+    name = "contextengine_bench_store"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("store.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look the module up while it executes
     spec.loader.exec_module(module)
     return module
 
 
 def _generator(seed: int) -> Iterator[dict[str, Any]]:
     bench = _store_bench()
-    messages: Iterator[dict[str, Any]] = bench.messages(bench.corpus(), random.Random(seed))
-    return messages
+    source: Iterator[dict[str, Any]] = bench.messages(bench.corpus(), random.Random(seed))
+    return source
 
 
 def _open(kind: str, where: str, schema: str) -> Store:
@@ -76,25 +79,7 @@ def _drop(schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def _grow(
-    store: Store, sizes: list[int], per_conversation: int, queries: int, seed: int
-) -> dict[int, tuple[float, float, float]]:
-    """Size -> (ingest msg/s of the step, grep p50 ms, grep p95 ms)."""
-    bench = _store_bench()
-    rng = random.Random(seed)
-    source = _generator(seed)
-    conversations: list[str] = []
-    stored = 0
-    out: dict[int, tuple[float, float, float]] = {}
-    for size in sorted(sizes):
-        started = time.perf_counter()
-        added = bench.ingest(store, source, conversations, stored, size, per_conversation)
-        stored += added
-        rate = added / (time.perf_counter() - started)
-        p50, p95 = bench.grep_latencies(store, conversations, rng, per_conversation, queries)
-        out[size] = (rate, p50, p95)
-        print(f"  {type(store).__name__} {size:,}: {out[size]}", file=sys.stderr, flush=True)
-    return out
+# ------------------------------------------------------------------------------ concurrent writers
 
 
 def _writer(
@@ -125,6 +110,8 @@ def _concurrent(kind: str, where: str, schema: str, writers: int, total: int, se
     # Spawned children find _writer by module name, however this file was imported.
     if str(Path(__file__).parent) not in sys.path:
         sys.path.insert(0, str(Path(__file__).parent))
+    import importlib
+
     writer = importlib.import_module("store_postgres")._writer
     spawn = multiprocessing.get_context("spawn")
     per_writer = total // writers // TURN * TURN
@@ -139,92 +126,155 @@ def _concurrent(kind: str, where: str, schema: str, writers: int, total: int, se
     return per_writer * writers / elapsed
 
 
-def _both(tmp: Path, tag: str, action: Callable[[str, str, str], Any]) -> tuple[Any, Any]:
-    """Run ``action(kind, where, schema)`` on a fresh SQLite file and a fresh PostgreSQL schema."""
-    sqlite_result = action("sqlite", str(tmp / f"{tag}.db"), "")
-    schema = f"ce_bench_{os.getpid()}_{tag}"
-    try:
-        pg_result = action("postgres", PG_URL, schema)
-    finally:
-        _drop(schema)
-    return sqlite_result, pg_result
+# ------------------------------------------------------------------------------ the run
 
 
 def run(
-    sizes: list[int] | None = None,
+    size: int = 100_000,
     *,
     quick: bool = False,
-    per_conversation: int = 1_000,
-    queries: int = 200,
+    turn_sizes: Sequence[int] = (10_000, 100_000),
+    turns: int = 200,
+    queries: int = 50,
+    cold: int = 20,
+    bulk: int = 100_000,
     concurrent_total: int = 16_000,
+    budget_s: float = 3_600.0,
     seed: int = 7,
 ) -> str:
-    """Measure both stores; return two markdown tables (growth, concurrent writers)."""
-    sizes = sizes or ([10_000] if quick else [100_000, 1_000_000])
+    """Measure the PostgreSQL store; return markdown tables."""
+    from contextengine.store.postgres import PostgresStore
+
+    bench = _store_bench()
     if quick:
-        queries, concurrent_total = min(queries, 50), min(concurrent_total, 4_000)
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-
-        def grow(kind: str, where: str, schema: str) -> dict[int, tuple[float, float, float]]:
-            store = _open(kind, where, schema)
-            try:
-                return _grow(store, sizes, per_conversation, queries, seed)
-            finally:
-                store.close()
-
-        sqlite_growth, pg_growth = _both(tmp, "growth", grow)
-        concurrency = {}
+        size, turn_sizes, turns, queries, cold, bulk = 10_000, (10_000,), 50, 10, 5, 10_000
+        concurrent_total = 4_000
+    started = time.monotonic()
+    source = bench.messages(bench.corpus(), random.Random(seed))
+    heldout = bench.heldout_queries()
+    schema = f"ce_bench_{os.getpid()}"
+    ingest: list[Any] = []
+    turn_rows: list[str] = []
+    search_rows: list[str] = []
+    try:
+        with PostgresStore(PG_URL, schema=schema) as store:
+            bench.progress(f"PostgreSQL bulk ingest of {bulk:,} messages, twice")
+            for counted in (False, True):
+                cid = store.open_conversation(f"bulk-{counted}")
+                batch = [next(source) for _ in range(bulk)]
+                label = (
+                    "bulk `import_messages` (COPY), exact counts given (as `archive migrate`)"
+                    if not counted
+                    else "bulk `import_messages` (COPY), counted exactly by the store"
+                )
+                ingest.append(
+                    bench.bulk_ingest(store, cid, batch, counted=counted, start_seq=0, label=label)
+                )
+            big = store.open_conversation("one-large-conversation")
+            stored = 0
+            for step in sorted({*(s for s in turn_sizes if s <= size), size}):
+                if time.monotonic() - started > budget_s:
+                    bench.progress(f"budget of {budget_s:.0f} s spent: stopping at {stored:,}")
+                    break
+                bench.progress(f"growing one conversation to {step:,} messages")
+                while stored < step:
+                    n = min(50_000, step - stored)
+                    growth = bench.bulk_ingest(
+                        store,
+                        big,
+                        [next(source) for _ in range(n)],
+                        counted=True,
+                        start_seq=stored,
+                        label=f"bulk into one conversation, to {stored + n:,}",
+                    )
+                    stored += growth.messages
+                store.vacuum()  # fresh planner statistics, as autovacuum would give
+                bench.progress(f"per-turn ingest at {stored:,}")
+                figures = bench.per_turn(store, source, archive=stored, turns=turns, tag=str(step))
+                turn_rows.append(figures.row())
+                bench.progress(f"search at {stored:,}")
+                qs = bench.query_set(store, big, stored, heldout, queries, seed + step)
+                rows, warm, cold_ms = bench.search_table(
+                    store,
+                    big,
+                    qs,
+                    reopen=lambda: PostgresStore(PG_URL, schema=schema, min_size=1, max_size=1),
+                    cold=cold,
+                )
+                search_rows.append(f"\n**{stored:,} messages in one conversation**\n")
+                search_rows += [*bench.SEARCH_HEADER, *rows]
+                search_rows.append(
+                    f"| **all (warm)** | {len(warm)} | {bench.percentile(warm, 0.5):.1f} "
+                    f"| **{bench.percentile(warm, 0.95):.1f}** | | |"
+                )
+                if cold_ms:
+                    search_rows.append(
+                        f"| all (cold: new connection) | {len(cold_ms)} "
+                        f"| {bench.percentile(cold_ms, 0.5):.1f}"
+                        f" | {bench.percentile(cold_ms, 0.95):.1f} | | |"
+                    )
+            bench.progress("10 MB row")
+            big_rows = bench.big_row_table(store, source)
+    finally:
+        _drop(schema)
+    concurrency = {}
+    with tempfile.TemporaryDirectory() as tmp:
         for writers in WRITER_COUNTS:
-            concurrency[writers] = _both(
-                tmp,
-                f"writers{writers}",
-                lambda kind, where, schema, n=writers: _concurrent(
-                    kind, where, schema, n, concurrent_total, seed
-                ),
+            sqlite_rate = _concurrent(
+                "sqlite", str(Path(tmp) / f"w{writers}.db"), "", writers, concurrent_total, seed
             )
-            print(f"  {writers} writers: {concurrency[writers]}", file=sys.stderr, flush=True)
-
-    growth = [
-        "| stored messages | SQLite ingest msg/s | PostgreSQL ingest msg/s"
-        " | SQLite grep p50 / p95 ms | PostgreSQL grep p50 / p95 ms |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for size in sorted(sizes):
-        s, p = sqlite_growth[size], pg_growth[size]
-        growth.append(
-            f"| {size:,} | {s[0]:,.0f} | {p[0]:,.0f} | {s[1]:.1f} / {s[2]:.1f}"
-            f" | {p[1]:.1f} / {p[2]:.1f} |"
-        )
+            pg_schema = f"ce_bench_{os.getpid()}_w{writers}"
+            try:
+                pg_rate = _concurrent(
+                    "postgres", PG_URL, pg_schema, writers, concurrent_total, seed
+                )
+            finally:
+                _drop(pg_schema)
+            concurrency[writers] = (sqlite_rate, pg_rate)
+            bench.progress(f"  {writers} writers: {concurrency[writers]}")
     writers_table = [
         "| concurrent writer processes | SQLite msg/s | PostgreSQL msg/s |",
         "|---:|---:|---:|",
+        *(f"| {w} | {s:,.0f} | {p:,.0f} |" for w, (s, p) in concurrency.items()),
     ]
-    for writers, (s_rate, p_rate) in concurrency.items():
-        writers_table.append(f"| {writers} | {s_rate:,.0f} | {p_rate:,.0f} |")
-    note = (
-        f"Concurrent writers: {concurrent_total:,} messages in all, in turns of {TURN}"
-        " messages, each writer on its own conversation."
+    return "\n".join(
+        [
+            "Ingest into PostgreSQL (local server, same machine). Bulk: `import_messages`, "
+            "`COPY` in chunks with the rows' words (`tsv`) computed by the store in a second "
+            "thread; token counts exact either way. CPU time is the client process's.",
+            "",
+            *bench.INGEST_HEADER,
+            *(i.row() for i in ingest),
+            "",
+            "Per turn (2 messages), as in the SQLite table: the engine's `on_turn_complete` "
+            "(two transactions) and `append_messages(..., to_context=True)` alone (one). "
+            "Waiting = wall − client CPU: round trips, the server's work and its commit.",
+            "",
+            *bench.TURN_HEADER,
+            *turn_rows,
+            "",
+            "`lcm_grep` on ONE conversation, the queries and checks of the SQLite table. Cold: "
+            "a new `PostgresStore` (a new connection) per query; the server's caches stay warm.",
+            *search_rows,
+            "",
+            *big_rows,
+            "",
+            f"Concurrent writers: {concurrent_total:,} messages in all, in turns of {TURN}"
+            " messages (`append_messages`), each writer on its own conversation.",
+            "",
+            *writers_table,
+        ]
     )
-    return "\n".join(growth) + "\n\n" + "\n".join(writers_table) + "\n\n" + note
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated message counts")
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--concurrent-total", type=int, default=16_000)
+    parser.add_argument("--size", type=int, default=100_000, help="the large conversation")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--budget", type=float, default=3_600.0)
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    print(
-        run(
-            sizes,
-            quick=args.quick,
-            queries=args.queries,
-            concurrent_total=args.concurrent_total,
-        )
-    )
+    print(run(args.size, quick=args.quick, queries=args.queries, budget_s=args.budget))
     return 0
 
 

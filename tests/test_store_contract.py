@@ -493,3 +493,25 @@ def test_sqlite_durability_modes_keep_every_commit(tmp_path: Path, synchronous: 
 def test_sqlite_refuses_an_unknown_durability_mode(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="synchronous"):
         SQLiteStore(tmp_path / "a.db", synchronous="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_long_message_is_stored_verbatim_and_found_by_its_last_word(store: Store) -> None:
+    cid = store.open_conversation("s")
+    long_output = " ".join(f"row {i} ok" for i in range(20_000)) + " then segfault0x7f"
+    msg = {"role": "tool", "tool_call_id": "call_1", "content": long_output}
+    (stored,) = store.append_messages(cid, [msg], start_seq=0)
+    assert store.get_message(cid, stored.id) == stored and stored.message == msg
+    (hit,) = store.search(cid, "segfault0x7f").results
+    assert hit.id == stored.id and "«segfault0x7f»" in hit.snippet
+    assert store.stats()["index_rows"] > 1  # indexed in segments
+
+
+def test_the_bulk_paths_are_part_of_the_store(store: Store) -> None:
+    cid = store.open_conversation("s")
+    assert store.import_messages(cid, history(3), start_seq=0, to_context=True) == 7
+    assert store.import_messages(cid, history(3), start_seq=0) == 0
+    assert [m.seq for m in store.get_messages(cid)] == list(range(7))
+    assert len(store.get_context(cid)) == 6
+    assert store.copy_messages(cid, store.get_messages(cid)) == 0  # all stored already
+    with pytest.raises(StoreError, match="unknown conversation"):
+        store.import_messages("conv_nope", history(1))

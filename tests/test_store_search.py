@@ -298,3 +298,29 @@ def test_locomo_recall_beats_plain_bm25(shared_data: Path) -> None:
                 total += 1
                 hits += bool(evidence & seqs)
     assert hits / total > 0.62
+
+
+@pytest.mark.parametrize("every", [pytest.param(1, id="every-row"), pytest.param(7, id="sparse")])
+def test_a_common_word_probes_the_newest_rows_of_the_conversation(every: int) -> None:
+    from contextengine.store import SQLiteStore
+    from contextengine.store.search import parse_query
+    from contextengine.store.sqlite_search import SQLiteTextIndex
+
+    texts = [("common " if seq % every == 0 else "") + f"row{seq}" for seq in range(3_000)]
+    with SQLiteStore(":memory:", token_counter=lambda m: 1) as store:
+        mine, other = store.open_conversation("mine"), store.open_conversation("other")
+        for lo in range(0, len(texts), 100):  # two conversations' rowids interleave
+            batch = [{"role": "user", "content": t} for t in texts[lo : lo + 100]]
+            store.import_messages(mine, batch, start_seq=lo)
+            store.import_messages(other, [{"role": "user", "content": f"common {lo}"}])
+        # A row holds the word, or the message before it does (its ``ctx``).
+        holding = [
+            seq
+            for seq, text in enumerate(texts)
+            if "common" in text or (seq and "common" in texts[seq - 1])
+        ]
+        with store._snapshot() as db:
+            token = store._search_token(mine)
+            index = SQLiteTextIndex(db, mine, token, parse_query("common"), "all")
+            seqs = [index.position(k) for k in index.probe("common", 50)]
+        assert seqs == holding[-50:][::-1]

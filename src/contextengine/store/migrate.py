@@ -7,6 +7,8 @@ context and large contents. Ids, ``seq`` numbers and timestamps are kept, so
 summary texts that name ids stay true and a host can switch its ``store=``
 setting without noticing.
 
+Messages go through the target's bulk path, :meth:`Store.copy_messages`
+(``COPY`` in chunks, prepared in a second thread, ids and token counts kept).
 It is idempotent: every insert is ``ON CONFLICT DO NOTHING`` and only
 messages past the target's end are read again, so running it twice copies
 nothing new, and an interrupted run is finished by running it again. The
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextengine.errors import StoreError
-from contextengine.store.protocol import Store
+from contextengine.store.protocol import Store, StoredMessage
 
 __all__ = ["MigrationReport", "migrate_archive"]
 
@@ -72,8 +74,9 @@ def _reader(source: Store) -> Iterator[tuple[Query, str]]:
         if source.path == ":memory:":
             raise StoreError("cannot migrate from an in-memory archive; give its file")
         # A read-only connection of our own: it sees committed rows (WAL) and cannot write.
+        # The bulk path reads messages from its producer thread, one thread at a time.
         uri = "file:" + source.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-        with closing(sqlite3.connect(uri, uri=True)) as db:
+        with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as db:
 
             def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 return db.execute(sql, tuple(params)).fetchall()
@@ -157,8 +160,8 @@ def _copy_conversation(
     updated_at: float,
 ) -> int | None:
     """Copy one conversation; the number of rows written, or None when skipped."""
-    from contextengine.store._common import CONTEXT_CHARS, message_search_text
     from contextengine.store.postgres import _to_pg_text as to_pg_text
+    from contextengine.store.postgres import insert_summary
 
     before = report.copied
     with target._tx() as conn:
@@ -197,39 +200,32 @@ def _copy_conversation(
             report.skipped.append(session_key)
             return None
     next_seq = len(target_keys)
-    previous = ""
-    if next_seq > 0:
-        last = query(
-            "SELECT json FROM messages WHERE conversation_id = ? AND seq = ?",
-            (conversation_id, next_seq - 1),
-        )
-        previous = message_search_text(json.loads(last[0][0])) if last else ""
-    while True:
-        rows = query(
-            "SELECT id, seq, role, json, token_count, identity_key, created_at FROM messages"
-            " WHERE conversation_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
-            (conversation_id, next_seq, BATCH),
-        )
-        if not rows:
-            break
-        columns: list[list[Any]] = [[] for _ in range(10)]
-        for msg_id, seq, role, text, tokens, key, created in rows:
-            body = message_search_text(json.loads(text)).replace("\x00", " ")
-            values = (msg_id, conversation_id, seq, role, text, tokens, key, created, body)
-            for column, value in zip(columns, (*values, previous[:CONTEXT_CHARS]), strict=True):
-                column.append(value)
-            previous = body
-        with target._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
-                " identity_key, created_at, body, ctx)"
-                " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[],"
-                " %s::text[], %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[])"
-                " ON CONFLICT DO NOTHING",
-                columns,
+
+    def records() -> Iterator[StoredMessage]:
+        lo = next_seq
+        while True:
+            rows = query(
+                "SELECT id, seq, role, json, token_count, identity_key, created_at FROM messages"
+                " WHERE conversation_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (conversation_id, lo, BATCH),
             )
-            report.messages += max(cur.rowcount, 0)
-        next_seq = int(rows[-1][1]) + 1
+            for msg_id, seq, role, text, tokens, key, created in rows:
+                yield StoredMessage(
+                    id=msg_id,
+                    conversation_id=conversation_id,
+                    seq=int(seq),
+                    role=role,
+                    message=json.loads(text),
+                    token_count=int(tokens),
+                    identity_key=key,
+                    created_at=float(created),
+                )
+            if len(rows) < BATCH:
+                return
+            lo = int(rows[-1][1]) + 1
+
+    # The bulk path: COPY in chunks, prepared in a second thread; ids and counts kept.
+    report.messages += target.copy_messages(conversation_id, records())
 
     summaries = query(
         "SELECT id, kind, depth, content, token_count, seq_start, seq_end, time_start, time_end,"
@@ -257,31 +253,13 @@ def _copy_conversation(
         for s in summaries:
             content = _text(s[3], s[12])
             pg_content, escaped = to_pg_text(content)
-            cur.execute(
-                "INSERT INTO summaries (id, conversation_id, kind, depth, content, nul_escaped,"
-                " token_count, seq_start, seq_end, time_start, time_end, descendant_count,"
-                " fallback, created_at, body) VALUES"
-                " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING",
-                (
-                    s[0],
-                    conversation_id,
-                    s[1],
-                    s[2],
-                    pg_content,
-                    escaped,
-                    s[4],
-                    s[5],
-                    s[6],
-                    s[7],
-                    s[8],
-                    s[9],
-                    bool(s[10]),
-                    s[11],
-                    content.replace("\x00", " "),
-                ),
+            values = (
+                s[0], conversation_id, s[1], s[2], pg_content, escaped, s[4], s[5], s[6],
+                s[7], s[8], s[9], bool(s[10]), s[11],
+            )  # fmt: skip
+            report.summaries += insert_summary(
+                conn, conversation_id, values, content, skip_existing=True
             )
-            report.summaries += max(cur.rowcount, 0)
         for summary_id, position, source_kind, source_id in edges:
             cur.execute(
                 "INSERT INTO summary_sources VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",

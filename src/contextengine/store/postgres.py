@@ -21,12 +21,20 @@ Concurrency, for many processes and hosts writing at once:
   visible. :meth:`PostgresStore.compaction_lock` holds a session lock for a
   whole compaction (summariser calls included) when a host wants only one
   worker to compact a conversation at a time.
+* **Bulk imports** (:meth:`PostgresStore.import_messages`,
+  :meth:`PostgresStore.copy_messages`) take the same row lock per chunk and
+  write each chunk with one ``COPY``.
 * **Migrations** run under a database-wide advisory lock.
 
-Search: ``tsvector`` + GIN and ``ts_rank_cd`` for text mode (the tsquery is
-built by PostgreSQL from each parsed term passed as a parameter, so user text
-never reaches query syntax), reranked like the SQLite store; regex mode uses
-``~`` under ``statement_timeout`` (pg_trgm indexes when the server allows).
+The index (migration 3): ``messages.body`` / ``summaries.body`` hold segment 0
+of the searchable text and ``search_segments`` the rest
+(:mod:`contextengine.store.segments`); every ``tsv`` is a ``tsvector`` of
+Porter stems the store computes (:mod:`contextengine.store.postgres_text`),
+the words SQLite's index holds, so both stores match the same rows. Search
+(:mod:`contextengine.store.postgres_search`): text mode ranks with the shared
+:mod:`contextengine.store.ranking` over bounded GIN probes (never
+``ts_rank_cd``, whose cost grows with the matching rows); regex mode uses
+``~`` under ``statement_timeout`` over a bounded window of rows per call.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -51,9 +59,12 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from contextengine.errors import StoreError
 from contextengine.store import _common
+from contextengine.store import bulk as _bulk
+from contextengine.store import postgres_bulk as _pg_bulk
 from contextengine.store import search as _search
 from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
+from contextengine.store.postgres_bulk import insert_segments, segment_rows
 from contextengine.store.postgres_migrations import apply_pg_migrations
 from contextengine.store.postgres_search import (
     search_regex,
@@ -61,6 +72,7 @@ from contextengine.store.postgres_search import (
     translate_regex,
     with_summary_ids,
 )
+from contextengine.store.postgres_text import tsvector
 from contextengine.store.protocol import (
     ContextRef,
     ContextSplice,
@@ -71,6 +83,7 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
+from contextengine.store.segments import segment_text
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore", "translate_regex"]
 
@@ -127,6 +140,44 @@ def _from_pg_text(text: str, escaped: bool) -> str:
 
 def _lock_key(kind: str, schema: str, conversation_id: str) -> str:
     return f"contextengine.{kind}:{schema}:{conversation_id}"
+
+
+#: Message rows from arrays (per turn; the bulk path uses ``COPY``). ``tsv`` is
+#: computed by the store (:func:`~contextengine.store.postgres_text.tsvector`).
+_INSERT_MESSAGES = (
+    "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
+    " identity_key, created_at, body, ctx, tsv)"
+    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[],"
+    " %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::tsvector[])"
+    " ON CONFLICT DO NOTHING"
+)
+
+
+def insert_summary(
+    conn: psycopg.Connection[Any],
+    conversation_id: str,
+    values: Sequence[Any],
+    content: str,
+    *,
+    skip_existing: bool = False,
+) -> bool:
+    """Write one summary row and its index segments; False when it was there (``skip_existing``).
+
+    ``values`` are the ``_SUMMARY_COLUMNS`` after ``content`` was replaced by
+    its stored form (:func:`_to_pg_text`); ``content`` is the text itself.
+    Shared by :meth:`PostgresStore.commit_compaction` and ``archive migrate``.
+    """
+    segments = segment_text(content.replace("\x00", " "))
+    row = conn.execute(
+        f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body, tsv) VALUES"
+        " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)"
+        + (" ON CONFLICT DO NOTHING RETURNING pk" if skip_existing else " RETURNING pk"),
+        (*values, segments[0], tsvector(segments[0])),
+    ).fetchone()
+    if row is None:
+        return False
+    insert_segments(conn, conversation_id, 1, segment_rows(int(row[0]), segments))
+    return True
 
 
 class PostgresStore(_common.StoreBase):
@@ -302,21 +353,19 @@ class PostgresStore(_common.StoreBase):
                 conversation_id, messages, keys, existing, count, now, counts.__getitem__
             )
             rows: list[tuple[Any, ...]] = []
+            later: list[tuple[Any, ...]] = []
             for i, m in new:
-                body = message_search_text(m.message).replace("\x00", " ")
+                segments = segment_text(message_search_text(m.message).replace("\x00", " "))
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
-                rows.append((*values, m.identity_key, now, body, previous[:CONTEXT_CHARS]))
-                previous = body
+                context = previous[:CONTEXT_CHARS]
+                index = tsvector(segments[0], context)
+                rows.append((*values, m.identity_key, now, segments[0], context, index))
+                later += segment_rows(m.seq, segments)
+                previous = segments[0]
             if rows:
                 # One statement over arrays: far faster than executemany's row-by-row protocol.
-                conn.execute(
-                    "INSERT INTO messages (id, conversation_id, seq, role, json, token_count,"
-                    " identity_key, created_at, body, ctx)"
-                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[],"
-                    " %s::text[], %s::int[], %s::text[], %s::float8[], %s::text[], %s::text[])"
-                    " ON CONFLICT DO NOTHING",
-                    [list(column) for column in zip(*rows, strict=True)],
-                )
+                conn.execute(_INSERT_MESSAGES, [list(column) for column in zip(*rows, strict=True)])
+                insert_segments(conn, conversation_id, 0, later)
                 conn.execute(
                     "UPDATE conversations SET updated_at = %s WHERE id = %s",
                     (now, conversation_id),
@@ -325,6 +374,57 @@ class PostgresStore(_common.StoreBase):
             if to_context:
                 self._append_to_context(conn, conversation_id, stored)
         return stored
+
+    # ------------------------------------------------------------------ the bulk path
+
+    def import_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+        to_context: bool = False,
+    ) -> int:
+        """Store many messages fast (importers, replays); return how many were newly stored.
+
+        Stores exactly what ``append_messages`` with the same arguments stores,
+        in transactions of up to :data:`~contextengine.store.bulk.CHUNK`
+        messages, each written with one ``COPY`` (the rows' ``tsv`` computed
+        in a second thread with the rest of the preparation,
+        :mod:`contextengine.store.postgres_bulk`).
+        """
+        if not messages:
+            with self._tx() as conn:
+                self._require_conversation(conn, conversation_id)
+            return 0
+        start = start_seq
+        if start is None:
+            with self._tx() as conn:
+                self._require_conversation(conn, conversation_id)
+                count = self.message_count(conversation_id)
+                hashes = [_common.canonical_hash(m) for m in messages[: min(len(messages), count)]]
+                start = _pg_bulk.identity_start(conn, conversation_id, hashes, count)
+        chunks = _bulk.prepare_messages(
+            conversation_id,
+            messages,
+            start=start,
+            token_counts=token_counts,
+            count=self._count,
+            index=_pg_bulk.index_data,
+        )
+        return _pg_bulk.write_chunks(self, conversation_id, chunks, to_context=to_context)
+
+    def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
+        """Write messages read from another archive verbatim; return how many were new.
+
+        ``contextengine archive migrate`` uses it. Ids, identity keys, seqs,
+        token counts and timestamps are kept. Records whose identity is stored
+        are skipped; the others must continue the history (the first new one at
+        ``seq == message_count``, then one after another), else :class:`StoreError`.
+        """
+        chunks = _bulk.prepare_records(records, index=_pg_bulk.index_data)
+        return _pg_bulk.write_chunks(self, conversation_id, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -450,9 +550,9 @@ class PostgresStore(_common.StoreBase):
                 if self._summary_exists(conn, conversation_id, summary_id):
                     continue
                 content, escaped = _to_pg_text(summary.content)
-                conn.execute(
-                    f"INSERT INTO summaries ({_SUMMARY_COLUMNS}, body) VALUES"
-                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                insert_summary(
+                    conn,
+                    conversation_id,
                     (
                         summary_id,
                         conversation_id,
@@ -468,8 +568,8 @@ class PostgresStore(_common.StoreBase):
                         summary.descendant_count,
                         bool(summary.fallback),
                         now,
-                        summary.content.replace("\x00", " "),
                     ),
+                    summary.content,
                 )
                 if sources:
                     with conn.cursor() as cur:
@@ -586,18 +686,22 @@ class PostgresStore(_common.StoreBase):
         """
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         with self._tx() as conn:
+            # One snapshot for every query of the search.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self._require_conversation(conn, conversation_id)
             if mode == "regex":
-                hits, more = search_regex(
+                hits, resume = search_regex(
                     conn, conversation_id, query, scope, limit, offset, self._regex_timeout_ms
                 )
+                more, next_offset = resume is not None, resume or 0
             else:
                 hits, more = search_text(conn, conversation_id, query, scope, limit, offset)
+                next_offset = offset + limit
+                more = more and next_offset <= _search.MAX_OFFSET
             hits = with_summary_ids(conn, conversation_id, hits)
-        next_offset = offset + limit if mode == "text" else offset + len(hits)
         next_cursor = (
             _search.encode_cursor(conversation_id, mode, scope, query, next_offset)
-            if more and (mode == "regex" or next_offset <= _search.MAX_OFFSET)
+            if more
             else None
         )
         return SearchPage(results=hits, next_cursor=next_cursor)
@@ -635,7 +739,7 @@ class PostgresStore(_common.StoreBase):
             with self._pool.connection() as conn:
                 conn.autocommit = True
                 try:
-                    for table in _common.TABLE_COUNTS.values():
+                    for table in (*_common.TABLE_COUNTS.values(), "search_segments"):
                         conn.execute(
                             sql.SQL("VACUUM (ANALYZE) {}.{}").format(
                                 sql.Identifier(self.schema), sql.Identifier(table)
@@ -661,6 +765,7 @@ class PostgresStore(_common.StoreBase):
                 **{k: one(f"SELECT COUNT(*) FROM {t}") for k, t in _common.TABLE_COUNTS.items()},
                 "index_rows": one(
                     "SELECT (SELECT COUNT(*) FROM messages) + (SELECT COUNT(*) FROM summaries)"
+                    " + (SELECT COUNT(*) FROM search_segments)"
                 ),
                 "file_bytes": one(
                     "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c"

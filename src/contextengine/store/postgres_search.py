@@ -4,51 +4,53 @@ Called by :meth:`contextengine.store.postgres.PostgresStore.search` inside
 one transaction, after it checked the conversation and decoded the cursor
 (with the shared helpers of :mod:`contextengine.store.search`).
 
-* Text mode: :func:`contextengine.store.search.parse_query` splits the user's
-  text into words; :func:`tsquery_sql` asks PostgreSQL to turn each word into
-  a tsquery (``plainto_tsquery`` / ``phraseto_tsquery``, each word a bound
-  parameter, so no input can break the query syntax) and combines them like
-  the SQLite store does (phrases required, terms OR-ed). Candidates are ranked
-  by ``ts_rank_cd`` over the GIN-indexed ``tsv`` column, then reordered by the
-  shared proximity :func:`~contextengine.store.search.rerank`. Snippets
-  (:func:`text_snippet`) are cut in Python around the first query word, with
-  the shared :func:`~contextengine.store.search.snippet_around`.
+* Text mode: the shared :func:`contextengine.store.ranking.rank`, as on
+  SQLite. :class:`PgTextIndex` answers its probes with one query per term over
+  the GIN-indexed ``tsv`` columns of ``messages``, ``summaries`` and
+  ``search_segments``, ``ORDER BY seq DESC LIMIT cap`` (the planner walks the
+  ``(conversation_id, seq)`` index backwards for a common word and takes the
+  GIN index for a rare one); ``ts_rank_cd`` is never computed. Each term's
+  tsquery is built in Python from its Porter stems
+  (:mod:`contextengine.store.postgres_text`), the same words the rows' ``tsv``
+  hold, and passed as a bound parameter: its lexemes hold only letters and
+  digits, so no input can change the query's syntax. Snippets are cut in
+  Python around the query words of the best segment.
 * Regex mode: PostgreSQL's ``~`` (pg_trgm-indexed when available) under a
   ``statement_timeout``, after :func:`translate_regex` fixed the Python-isms
-  (``\\b``) whose meaning differs; an invalid pattern is a clear
-  :class:`~contextengine.errors.StoreError`. Snippets use the shared
-  :func:`~contextengine.store.search.snippet_around`.
+  (``\\b``) whose meaning differs, over a window of
+  :data:`~contextengine.store.search.REGEX_MAX_ROWS` messages (their segments
+  included) per call, in conversation order; the cursor is the position to
+  resume from. An invalid pattern is a clear :class:`~contextengine.errors.StoreError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import Connection
 from psycopg import errors as pg_errors
 
 from contextengine.errors import StoreError
+from contextengine.store import ranking as _ranking
 from contextengine.store import search as _search
+from contextengine.store.postgres_text import tsquery_phrase, tsquery_term
 from contextengine.store.protocol import SearchHit
+from contextengine.store.segments import SEGMENT_BITS
 
 __all__ = [
-    "plain_snippet",
+    "PgTextIndex",
     "search_regex",
     "search_text",
-    "text_snippet",
     "translate_regex",
-    "tsquery_sql",
     "with_summary_ids",
 ]
 
-#: The text-search configuration migration 1 creates: English stemming, no stop-word list.
-TS_CONFIG = "ce_english"
-#: Characters of a row handed to the reranker and searched for the snippet.
-_SNIPPET_SOURCE_CHARS = 20_000
-#: ts_rank_cd weights of D, C, B, A: ``ctx`` (D) counts 0.4 of the row's own text (A), as in SQLite.
-_WEIGHTS = [0.4, 0.0, 0.0, 1.0]
+#: Messages (with their segments) one regex call scans at most.
+_REGEX_WINDOW = _search.REGEX_MAX_ROWS
+#: A common word's probe walks back through at most this many times ``cap`` messages.
+_RECENT = 16
 
 
 def translate_regex(pattern: str) -> str:
@@ -89,59 +91,213 @@ def translate_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def tsquery_sql(parsed: _search.ParsedQuery) -> tuple[str, list[str]]:
-    """SQL building the tsquery of ``parsed``: only placeholders, each word a parameter.
-
-    Same shape as :func:`contextengine.store.search.fts5_match`: phrases
-    required, terms OR-ed (and OR-ed with the first phrase so they add to
-    the rank without being required).
-    """
-    cfg = f"'{TS_CONFIG}'::regconfig"
-    params: list[str] = []
-    terms: list[str] = []
-    for term in parsed.terms:
-        if term in parsed.prefixes:
-            terms.append(
-                f"(SELECT CASE WHEN numnode(q) = 0 THEN q ELSE (q::text || ':*')::tsquery END"
-                f" FROM plainto_tsquery({cfg}, %s) AS q)"
-            )
-        else:
-            terms.append(f"plainto_tsquery({cfg}, %s)")
-        params.append(term)
-    phrases = [f"phraseto_tsquery({cfg}, %s)" for _ in parsed.phrases]
-    phrase_params = [" ".join(p) for p in parsed.phrases]
-    if not phrases:
-        return " || ".join(terms), params
-    required = " && ".join(phrases)
-    if not terms:
-        return required, phrase_params
-    optional = " || ".join([*terms, phrases[0]])
-    return f"({required}) && ({optional})", phrase_params + params + phrase_params[:1]
+#: (kind, segment >= 1) -> the probe of that region, newest first.
+_REGIONS = {
+    (0, False): (
+        "SELECT 0, seq, 0 FROM messages WHERE conversation_id = %(c)s"
+        " AND tsv @@ CAST(%(q)s AS tsquery) ORDER BY seq DESC LIMIT %(n)s"
+    ),
+    (0, True): (
+        "SELECT 0, owner, segment FROM search_segments WHERE conversation_id = %(c)s"
+        " AND kind = 0 AND tsv @@ CAST(%(q)s AS tsquery) ORDER BY owner DESC, segment DESC"
+        " LIMIT %(n)s"
+    ),
+    (1, False): (
+        "SELECT 1, pk, 0 FROM summaries WHERE conversation_id = %(c)s"
+        " AND tsv @@ CAST(%(q)s AS tsquery) ORDER BY pk DESC LIMIT %(n)s"
+    ),
+    (1, True): (
+        "SELECT 1, owner, segment FROM search_segments WHERE conversation_id = %(c)s"
+        " AND kind = 1 AND tsv @@ CAST(%(q)s AS tsquery) ORDER BY owner DESC, segment DESC"
+        " LIMIT %(n)s"
+    ),
+}
 
 
-def plain_snippet(text: str) -> str:
-    """The start of ``text`` on one line, bounded like a snippet (no match to highlight)."""
-    size = 2 * _search.SNIPPET_CONTEXT
-    return " ".join(text[:size].split()) + ("…" if len(text) > size else "")
+class PgTextIndex:
+    """:class:`~contextengine.store.ranking.TextIndex` over one conversation in PostgreSQL."""
+
+    def __init__(
+        self,
+        conn: Connection[Any],
+        conversation_id: str,
+        parsed: _search.ParsedQuery,
+        scope: str,
+    ) -> None:
+        self.conn = conn
+        self.conversation_id = conversation_id
+        kinds = {"messages": (0,), "summaries": (1,), "all": (0, 1)}[scope]
+        self.regions = [r for r in _REGIONS if r[0] in kinds]
+        self.terms = {t: tsquery_term(t, prefix=t in parsed.prefixes) for t in parsed.terms}
+        # Phrases must match the row's own text (weight A), not the previous message's (D).
+        self.phrases = " & ".join(
+            f"({q})" for q in (tsquery_phrase(list(p), weight="A") for p in parsed.phrases) if q
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when no query word has anything the index could hold."""
+        return not self.phrases and not any(self.terms.values())
+
+    def _query(self, term: str | None) -> str:
+        """The tsquery of one probe: every phrase, and ``term``; '' when nothing is indexable."""
+        parts = [self.phrases] if self.phrases else []
+        if term is not None:
+            if not self.terms.get(term):
+                return ""  # no indexable word in it
+            parts.append(self.terms[term])
+        return " & ".join(f"({p})" for p in parts)
+
+    def probe_many(self, terms: Sequence[str | None], cap: int) -> list[list[_ranking.Key]]:
+        """Every term's newest ``cap`` rows per region, in a few statements for all of them.
+
+        The planner alone does badly here: it cannot see that testing
+        ``tsv @@`` row by row costs a decompression per row, and it walks an
+        index backwards through thousands of rows for a word a few hundred
+        hold, or probes each word separately. So, for all the terms at once:
+        (1) the words the planner's statistics say are common (in ``cap``
+        rows of a conversation this size or more) are tested together on each
+        of the conversation's newest :data:`_RECENT` × ``cap`` messages, in
+        one walk back; a word found there ``cap`` times is done; (2) the
+        others go through the GIN index only (bitmap scans forced), every row
+        of each, newest first; (3) later segments and summaries, small
+        tables, through GIN too.
+        """
+        queries = [self._query(t) for t in terms]
+        out: list[list[_ranking.Key]] = [[] for _ in terms]
+        live = [i for i, q in enumerate(queries) if q]
+        if not live:
+            return out
+        base = {"c": self.conversation_id, "n": cap}
+        frequency = self._frequencies()
+        size = self.size()
+        share = {i: frequency.get(self.terms.get(str(terms[i]), ""), 0.0) for i in live}
+        # Walking back costs about a row per cap / share; the GIN path about three
+        # per matching row (share * size): walk back for the words where that is less.
+        common = [i for i in live if share[i] > 0 and 2 * cap / share[i] < 3 * share[i] * size]
+        recent = min(_RECENT * cap, max((int(2 * cap / share[i]) for i in common), default=0))
+        if (0, False) in self.regions and common:
+            tests = ", ".join(f"tsv @@ CAST(%(q{i})s AS tsquery)" for i in common)
+            either = " | ".join(f"({queries[i]})" for i in common)
+            rows = self.conn.execute(
+                f"SELECT seq, {tests} FROM (SELECT seq, tsv FROM messages"
+                " WHERE conversation_id = %(c)s ORDER BY seq DESC LIMIT %(r)s) AS recent"
+                " WHERE tsv @@ CAST(%(any)s AS tsquery) ORDER BY seq DESC",
+                {
+                    **base,
+                    "r": recent,
+                    "any": either,
+                    **{f"q{i}": queries[i] for i in common},
+                },
+            ).fetchall()
+            for row in rows:
+                for n, i in enumerate(common):
+                    if row[1 + n] and len(out[i]) < cap:
+                        out[i].append((0, int(row[0]), 0))
+        rare = [i for i in live if len(out[i]) < cap and (0, False) in self.regions]
+        regions = [r for r in self.regions if r != (0, False)]
+        selects: list[str] = []
+        params: dict[str, Any] = dict(base)
+        for i in live:
+            params[f"q{i}"] = queries[i]
+            asked = ([(0, False)] if i in rare else []) + regions
+            if i in rare:
+                out[i] = []
+            selects += [
+                f"(SELECT {i}, * FROM ({_REGIONS[r].replace('%(q)s', f'%(q{i})s')}) AS x)"
+                for r in asked
+            ]
+        if selects:
+            self._gin_only()
+            for i, kind, order, segment in self.conn.execute(" UNION ALL ".join(selects), params):
+                out[int(i)].append((int(kind), int(order), int(segment)))
+        return out
+
+    def _frequencies(self) -> dict[str, float]:
+        """Share of ``messages`` rows holding each common word (``ANALYZE``'s), by lexeme.
+
+        Empty before the first ``ANALYZE`` (autovacuum's, or ``vacuum()``):
+        every word then takes the GIN path, correct and only slower for a
+        very common word in a very long conversation.
+        """
+        row = self.conn.execute(
+            "SELECT most_common_elems::text, most_common_elem_freqs FROM pg_stats"
+            " WHERE schemaname = current_schema() AND tablename = 'messages'"
+            " AND attname = 'tsv'"
+        ).fetchone()
+        if not row or not row[0]:
+            return {}
+        words = row[0].strip("{}").split(",")
+        return {f"'{w.strip(chr(34))}'": float(f) for w, f in zip(words, row[1], strict=False)}
+
+    def _gin_only(self) -> None:
+        """From here on this transaction's planner uses bitmap (GIN) scans only."""
+        self.conn.execute(
+            "SELECT set_config('enable_indexscan', 'off', true),"
+            " set_config('enable_seqscan', 'off', true)"
+        )
+
+    def texts(self, keys: Sequence[_ranking.Key]) -> dict[_ranking.Key, tuple[str, str]]:
+        out: dict[_ranking.Key, tuple[str, str]] = {}
+        c = self.conversation_id
+        seqs = [k[1] for k in keys if k[0] == 0 and k[2] == 0]
+        if seqs:
+            for seq, body, ctx in self.conn.execute(
+                "SELECT seq, body, ctx FROM messages WHERE conversation_id = %s AND seq = ANY(%s)",
+                (c, seqs),
+            ):
+                out[(0, int(seq), 0)] = (body, ctx)
+        pks = [k[1] for k in keys if k[0] == 1 and k[2] == 0]
+        if pks:
+            for pk, body in self.conn.execute(
+                "SELECT pk, body FROM summaries WHERE conversation_id = %s AND pk = ANY(%s)",
+                (c, pks),
+            ):
+                out[(1, int(pk), 0)] = (body, "")
+        later = [k for k in keys if k[2] > 0]
+        if later:
+            columns = [list(column) for column in zip(*later, strict=True)]
+            for kind, owner, segment, body in self.conn.execute(
+                "SELECT s.kind, s.owner, s.segment, s.body FROM search_segments s"
+                " JOIN unnest(%s::smallint[], %s::bigint[], %s::int[]) AS u(k, o, g)"
+                " ON s.kind = u.k AND s.owner = u.o AND s.segment = u.g"
+                " WHERE s.conversation_id = %s",
+                (*columns, c),
+            ):
+                out[(int(kind), int(owner), int(segment))] = (body, "")
+        return out
+
+    def position(self, key: _ranking.Key) -> int | None:
+        return key[1] if key[0] == 0 else None
+
+    def size(self) -> int:
+        row = self.conn.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = %s",
+            (self.conversation_id,),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
 
-def text_snippet(parsed: _search.ParsedQuery, text: str) -> str:
-    """``text`` around the earliest query word, highlighted; its start when none is found.
-
-    A word matches when it starts with the query word's crude stem (so
-    "paints" finds "painting"), the same leniency the ranking has.
-    """
-    words = [*parsed.terms, *(w for phrase in parsed.phrases for w in phrase)]
-    stems = sorted({_search.stem(w) for w in words if w}, key=len, reverse=True)
-    if not stems:
-        return plain_snippet(text)
-    pattern = re.compile(
-        r"(?<!\w)(?:" + "|".join(re.escape(s) for s in stems) + r")\w*", re.IGNORECASE
-    )
-    match = pattern.search(text)
-    if match is None:
-        return plain_snippet(text)
-    return _search.snippet_around(text, match.start(), match.end())
+def _identities(
+    conn: Connection[Any], conversation_id: str, keys: Sequence[_ranking.Key]
+) -> dict[tuple[int, int], tuple[str, int | None, str]]:
+    """``(kind, order) -> (id, seq, role)`` of the owners of ``keys``, in this conversation only."""
+    found: dict[tuple[int, int], tuple[str, int | None, str]] = {}
+    seqs = list({k[1] for k in keys if k[0] == 0})
+    pks = list({k[1] for k in keys if k[0] == 1})
+    if seqs:
+        for seq, item_id, role in conn.execute(
+            "SELECT seq, id, role FROM messages WHERE conversation_id = %s AND seq = ANY(%s)",
+            (conversation_id, seqs),
+        ):
+            found[(0, int(seq))] = (item_id, int(seq), role)
+    if pks:
+        for pk, item_id in conn.execute(
+            "SELECT pk, id FROM summaries WHERE conversation_id = %s AND pk = ANY(%s)",
+            (conversation_id, pks),
+        ):
+            found[(1, int(pk))] = (item_id, None, "summary")
+    return found
 
 
 def search_text(
@@ -156,60 +312,75 @@ def search_text(
     parsed = _search.parse_query(query)
     if parsed.empty:
         return [], False
-    expr, params = tsquery_sql(parsed)
-    row = conn.execute(f"SELECT ({expr})::text", params).fetchone()
-    tsquery = str(row[0]) if row and row[0] else ""
-    if not tsquery:
+    index = PgTextIndex(conn, conversation_id, parsed, scope)
+    if index.empty:
         return [], False
-    phrases = ""
-    body_only = ""
-    if parsed.phrases:
-        # Phrases must match the row's own text, not the previous message's (ctx, weight D).
-        cfg = f"'{TS_CONFIG}'::regconfig"
-        expr = " && ".join(f"phraseto_tsquery({cfg}, %s)" for _ in parsed.phrases)
-        row = conn.execute(f"SELECT ({expr})::text", [" ".join(p) for p in parsed.phrases])
-        phrases = str((row.fetchone() or ("",))[0] or "")
-        if phrases:
-            body_only = " AND ts_filter(tsv, '{a}') @@ CAST(%(p)s AS tsquery)"
-    parts = []
-    if scope in ("messages", "all"):
-        parts.append(
-            "SELECT 0 AS k, id, seq AS o, role,"
-            " ts_rank_cd(CAST(%(w)s AS real[]), tsv, q, 1) AS score,"
-            f" left(body, {_SNIPPET_SOURCE_CHARS}) AS text, ctx"
-            " FROM messages, CAST(%(q)s AS tsquery) AS q"
-            " WHERE conversation_id = %(c)s AND tsv @@ q" + body_only
-        )
-    if scope in ("summaries", "all"):
-        parts.append(
-            "SELECT 1 AS k, id, pk AS o, 'summary' AS role,"
-            " ts_rank_cd(CAST(%(w)s AS real[]), tsv, q, 1) AS score,"
-            f" left(body, {_SNIPPET_SOURCE_CHARS}) AS text, '' AS ctx"
-            " FROM summaries, CAST(%(q)s AS tsquery) AS q"
-            " WHERE conversation_id = %(c)s AND tsv @@ q" + body_only
-        )
-    fetch = max(_search.RERANK_WINDOW, offset + limit + 1)
-    rows = conn.execute(
-        " UNION ALL ".join(parts) + " ORDER BY score DESC, k, o LIMIT %(n)s",
-        {"q": tsquery, "c": conversation_id, "n": fetch, "w": _WEIGHTS, "p": phrases},
-    ).fetchall()
-    # The reranker sees the previous message's words too, as the SQLite store's does.
-    order = _search.rerank(parsed, [(float(r[4]), f"{r[5]} {r[6]}") for r in rows])
-    page = [rows[i] for i in order[offset : offset + limit]]
+    ranking = _ranking.rank(parsed, index, want=offset + limit + 1)
+    page = ranking.results[offset : offset + limit]
+    owners = _identities(conn, conversation_id, [r.key for r in page])
     hits = []
-    for kind, item_id, position, role, score, text, _ctx in page:
-        snippet = text_snippet(parsed, text)
+    for result in page:
+        owner = owners.get((result.key[0], result.key[1]))
+        if owner is None:  # pragma: no cover - deleted between the probe and this read
+            continue
+        item_id, seq, role = owner
+        # Both stores match by Porter stems, so Python finds what the index matched;
+        # only a match through ``ctx`` (the previous message) leaves the text unmarked.
+        snippet = _ranking.query_snippet(parsed, result.text)
         hits.append(
             SearchHit(
                 id=item_id,
-                kind="message" if kind == 0 else "summary",
-                seq=int(position) if kind == 0 else None,
+                kind="message" if result.key[0] == 0 else "summary",
+                seq=seq,
                 role=role,
-                snippet=snippet,
-                score=float(score),
+                snippet=snippet or _search.plain_snippet(result.text),
+                score=result.score,
             )
         )
-    return hits, len(order) > offset + limit
+    return hits, ranking.total > offset + limit
+
+
+# ------------------------------------------------------------------------------------ regex
+
+
+def pack_position(kind: int, order: int, segment: int) -> int:
+    """A regex cursor position: the row ``(kind, order)`` and the segment to resume at."""
+    return (kind << 61) | (order << SEGMENT_BITS) | segment
+
+
+def unpack_position(position: int) -> tuple[int, int, int]:
+    mask = (1 << SEGMENT_BITS) - 1
+    return position >> 61, (position >> SEGMENT_BITS) & ((1 << 41) - 1), position & mask
+
+
+# One window of rows in conversation order: segment 0 from the owner's table,
+# later segments from search_segments; the first matching segment of each row.
+_REGEX_SQL = {
+    0: (
+        "WITH r AS ("
+        " SELECT seq AS o, 0 AS g, body FROM messages"
+        " WHERE conversation_id = %(c)s AND seq >= %(lo)s AND seq < %(hi)s"
+        " UNION ALL SELECT owner, segment, body FROM search_segments"
+        " WHERE conversation_id = %(c)s AND kind = 0 AND owner >= %(lo)s AND owner < %(hi)s)"
+    ),
+    1: (
+        "WITH r AS ("
+        " SELECT pk AS o, 0 AS g, body FROM summaries"
+        " WHERE conversation_id = %(c)s AND pk >= %(lo)s AND pk < %(hi)s"
+        " UNION ALL SELECT owner, segment, body FROM search_segments"
+        " WHERE conversation_id = %(c)s AND kind = 1 AND owner >= %(lo)s AND owner < %(hi)s)"
+    ),
+}
+# ``^``/``$`` must not match where a segment was cut: the text is tested with a
+# space beyond each cut (as the SQLite store's :func:`~contextengine.store.search.regex_find`).
+_REGEX_MATCH = (
+    " SELECT DISTINCT ON (o) o, g, body FROM r"
+    " WHERE (o, g) >= (%(o)s, %(g)s) AND body ~ %(p)s"
+    " AND (CASE WHEN g > 0 THEN ' ' ELSE '' END || body || CASE WHEN EXISTS ("
+    "   SELECT 1 FROM search_segments x WHERE x.conversation_id = %(c)s AND x.kind = %(k)s"
+    "   AND x.owner = r.o AND x.segment = r.g + 1) THEN ' ' ELSE '' END) ~ %(p)s"
+    " ORDER BY o, g LIMIT %(n)s"
+)
 
 
 def search_regex(
@@ -218,13 +389,15 @@ def search_regex(
     pattern: str,
     scope: str,
     limit: int,
-    offset: int,
+    position: int,
     timeout_ms: int,
-) -> tuple[list[SearchHit], bool]:
-    """One page of regex hits in conversation order and whether more exist.
+) -> tuple[list[SearchHit], int | None]:
+    """One page of regex hits in conversation order and the position to resume at (or None).
 
-    The pattern runs under ``statement_timeout = timeout_ms``: running past it
-    is a :class:`StoreError` telling the model to simplify the pattern.
+    At most one hit per message or summary. Each call scans at most
+    :data:`_REGEX_WINDOW` rows of a kind (messages, then summaries) with their
+    segments, under ``statement_timeout = timeout_ms``: running past it is a
+    :class:`StoreError` telling the model to simplify the pattern.
     """
     if len(pattern) > 1_000:
         raise StoreError("regular expression too long (over 1000 characters)")
@@ -232,47 +405,97 @@ def search_regex(
         compiled: Any = _search.compile_regex(pattern)
     except StoreError:
         compiled = None
-    parts = []
-    if scope in ("messages", "all"):
-        parts.append(
-            "SELECT 0 AS k, id, seq AS o, role, body FROM messages"
-            " WHERE conversation_id = %(c)s AND body ~ %(p)s"
-        )
-    if scope in ("summaries", "all"):
-        parts.append(
-            "SELECT 1 AS k, id, pk AS o, 'summary' AS role, body FROM summaries"
-            " WHERE conversation_id = %(c)s AND body ~ %(p)s"
-        )
+    kind, order, segment = unpack_position(position)
+    kinds = {"messages": (0,), "summaries": (1,), "all": (0, 1)}[scope]
     conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(timeout_ms),))
-    try:
-        with conn.transaction():  # a savepoint, so a refused pattern leaves conn usable
-            rows = conn.execute(
-                " UNION ALL ".join(parts) + " ORDER BY k, o LIMIT %(n)s OFFSET %(s)s",
-                {"c": conversation_id, "p": translate_regex(pattern), "n": limit + 1, "s": offset},
-            ).fetchall()
-    except pg_errors.InvalidRegularExpression as exc:
-        # The timeout can strike while PostgreSQL compiles the pattern: it then
-        # reports the cancellation as an invalid regular expression.
-        if "cancel" not in str(exc):
-            raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
-        raise StoreError(_too_slow(pattern, timeout_ms)) from None
-    except pg_errors.QueryCanceled:
-        raise StoreError(_too_slow(pattern, timeout_ms)) from None
+    hits: list[SearchHit] = []
+    for current in kinds:
+        if current < kind:
+            continue
+        if current > kind:
+            order, segment = 0, 0
+        end = _end(conn, conversation_id, current)
+        if order >= end:
+            continue
+        hi = order + _REGEX_WINDOW
+        params = {
+            "c": conversation_id,
+            "lo": order,
+            "hi": hi,
+            "o": order,
+            "g": segment,
+            "p": translate_regex(pattern),
+            "k": current,
+            "n": limit - len(hits) + 1,
+        }
+        try:
+            with conn.transaction():  # a savepoint, so a refused pattern leaves conn usable
+                rows = conn.execute(_REGEX_SQL[current] + _REGEX_MATCH, params).fetchall()
+        except pg_errors.InvalidRegularExpression as exc:
+            # The timeout can strike while PostgreSQL compiles the pattern: it then
+            # reports the cancellation as an invalid regular expression.
+            if "cancel" not in str(exc):
+                raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
+            raise StoreError(_too_slow(pattern, timeout_ms)) from None
+        except pg_errors.QueryCanceled:
+            raise StoreError(_too_slow(pattern, timeout_ms)) from None
+        room = limit - len(hits)
+        hits += _regex_hits(conn, conversation_id, current, rows[:room], compiled)
+        if len(rows) > room:  # more matches in this window: the next page starts after this one
+            return hits, pack_position(current, int(rows[room - 1][0]) + 1, 0)
+        if hi < end:  # the window is scanned; the rest of the conversation is the next call's
+            return hits, pack_position(current, hi, 0)
+        if len(hits) >= limit:
+            later = [k for k in kinds if k > current and _end(conn, conversation_id, k) > 0]
+            return hits, pack_position(later[0], 0, 0) if later else None
+    return hits, None
+
+
+def _end(conn: Connection[Any], conversation_id: str, kind: int) -> int:
+    """One past the last row order of ``kind`` in the conversation."""
+    sql = (
+        "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE conversation_id = %s"
+        if kind == 0
+        else "SELECT COALESCE(MAX(pk) + 1, 0) FROM summaries WHERE conversation_id = %s"
+    )
+    row = conn.execute(sql, (conversation_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _regex_hits(
+    conn: Connection[Any],
+    conversation_id: str,
+    kind: int,
+    rows: Sequence[Sequence[Any]],
+    compiled: Any,
+) -> list[SearchHit]:
+    owners = _identities(conn, conversation_id, [(kind, int(r[0]), int(r[1])) for r in rows])
     hits = []
-    for kind, item_id, position, role, body in rows[:limit]:
-        span = _search.regex_find(compiled, body) if compiled is not None else None
-        snippet = _search.snippet_around(body, *span) if span is not None else plain_snippet(body)
+    for order, segment, body in rows:
+        owner = owners.get((kind, int(order)))
+        if owner is None:  # pragma: no cover - deleted meanwhile
+            continue
+        item_id, seq, role = owner
+        span = (
+            _search.regex_find(compiled, body, first=int(segment) == 0)
+            if compiled is not None
+            else None
+        )
         hits.append(
             SearchHit(
                 id=item_id,
                 kind="message" if kind == 0 else "summary",
-                seq=int(position) if kind == 0 else None,
+                seq=seq,
                 role=role,
-                snippet=snippet,
+                snippet=(
+                    _search.snippet_around(body, *span)
+                    if span is not None
+                    else _search.plain_snippet(body)
+                ),
                 score=0.0,
             )
         )
-    return hits, len(rows) > limit
+    return hits
 
 
 def _too_slow(pattern: str, timeout_ms: int) -> str:

@@ -6,10 +6,13 @@ every store (``SQLiteStore``, ``PostgresStore``, a third-party one) keeps:
 * **Conversations** are keyed by a stable session key chosen by the host
   (``open_conversation``). Every other call is scoped to one conversation id:
   no id, query or regular expression can reach another conversation's rows.
-* **Messages are append-only.** A message is stored verbatim (its JSON), with
-  its role, a 0-based ``seq`` in order of first storage, a token count and an
-  *identity key*: the provider's id when the message has one (``id``, or the
-  ``tool_call_id`` of a tool result), else ``seq`` plus a hash of the content.
+* **Messages are append-only.** They arrive one turn at a time
+  (:meth:`Store.append_messages`) or in bulk (:meth:`Store.import_messages`,
+  :meth:`Store.copy_messages`); both paths store the same rows. A message is
+  stored verbatim (its JSON), with its role, a 0-based ``seq`` in order of
+  first storage, a token count and an *identity key*: the provider's message
+  id when it has one, else its position plus a hash of the content (tool-call
+  ids are not identities: providers recycle them).
   Storing the same prefix again adds nothing, so replays and retries cannot
   duplicate rows.
 * **Summaries** (id ``sum_`` + 16 hex) are leaf (over messages) or condensed
@@ -24,13 +27,17 @@ every store (``SQLiteStore``, ``PostgresStore``, a third-party one) keeps:
   A message or summary appears in it at most once.
 * **Large contents** (huge tool results) are stored once, by id, outside the
   view.
+* **Search** (:meth:`Store.search`) never reads more than a bounded window of
+  any row: long texts are indexed in segments (:mod:`contextengine.store.segments`),
+  and text-mode ranking reads a bounded set of candidates
+  (:mod:`contextengine.store.ranking`).
 * **Deletion** happens only through retention (``delete_conversation``,
   ``prune``), which removes a conversation with all its rows and index entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -210,6 +217,39 @@ class Store(Protocol):
         stored messages are also appended to the active context in the same
         transaction (all but a system prompt stored at seq 0, which the engine
         keeps outside the context): one commit per turn instead of two.
+        """
+        ...
+
+    def import_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+        to_context: bool = False,
+    ) -> int:
+        """The bulk path: store many messages fast; return how many were newly stored.
+
+        For importers and replays, not for an agent's turn (that is
+        :meth:`append_messages`, one short transaction). Stores exactly what
+        ``append_messages`` with the same arguments would (identity keys, ids,
+        seqs, token counts, index rows, context), in transactions of a few
+        thousand messages with the preparation in a second thread
+        (:mod:`contextengine.store.bulk`). Token counts are the caller's
+        ``token_counts`` or the store's exact counter. A failure stops the
+        import with the chunks before it committed; importing the same
+        messages again stores only what is missing.
+        """
+        ...
+
+    def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
+        """The bulk path for copies between archives: write records verbatim; return how many.
+
+        Ids, identity keys, seqs, token counts and timestamps are kept, so
+        summary texts naming ids stay true (``contextengine archive migrate``).
+        A record whose identity is stored is skipped; the others must continue
+        the history in order (:class:`~contextengine.errors.StoreError` otherwise).
         """
         ...
 

@@ -10,25 +10,23 @@ Stores call these helpers from ``Store.search`` (the engine of ``lcm_grep``):
   phrase is required, the bare terms are OR-ed (natural-language questions
   rarely share all their words with the answer; BM25 ranks the rows that share
   more of them first).
-* :func:`rerank` is the second pass over the best BM25 candidates: it rewards
-  rows that cover more distinct query terms and hold query words next to each
-  other (proximity), which BM25 alone ignores.
 * :func:`encode_cursor` / :func:`decode_cursor` make opaque page cursors bound
   to one conversation, mode, scope and query; a cursor from another query or
   conversation is rejected.
 * :func:`compile_regex` and :func:`regex_find` give bounded regex search: a
-  compile error is a clear :class:`~contextengine.errors.StoreError`, text is
-  capped per row and every match runs under a timeout, so a catastrophic
-  pattern cannot hang the agent.
+  compile error is a clear :class:`~contextengine.errors.StoreError`, every
+  text scanned is one segment of a row (:mod:`contextengine.store.segments`)
+  and every match runs under a timeout, so neither a catastrophic pattern nor
+  a 10 MB row can hang the agent.
+
+Ranking of text mode is in :mod:`contextengine.store.ranking`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
-import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -55,10 +53,10 @@ __all__ = [
     "encode_cursor",
     "fts5_match",
     "parse_query",
+    "plain_snippet",
+    "quote",
     "regex_find",
-    "rerank",
     "snippet_around",
-    "stem",
 ]
 
 #: Markers around the matched text in snippets.
@@ -68,13 +66,14 @@ HIGHLIGHT_CLOSE = "»"
 MAX_LIMIT = 100
 #: Deepest offset a cursor may point to: pages beyond it are refused, not computed.
 MAX_OFFSET = 5_000
-#: Regex mode scans at most this many rows per call, then returns a cursor to continue.
+#: Regex mode scans at most this many rows (segments) per call, then returns a cursor to continue.
 REGEX_MAX_ROWS = 20_000
-#: Regex mode looks at the first this-many characters of each row.
+#: Regex mode looks at no more than this many characters of one row; rows are segments
+#: (:mod:`contextengine.store.segments`), far shorter, so this is only a safety net.
 REGEX_ROW_CHARS = 100_000
 #: Timeout of one regex match over one row, in seconds.
 REGEX_ROW_TIMEOUT_S = 0.25
-#: Number of BM25 candidates the second pass reorders.
+#: Number of BM25 candidates the rerank (:mod:`contextengine.store.ranking`) reorders.
 RERANK_WINDOW = 100
 #: Characters of context on each side of a match in a snippet.
 SNIPPET_CONTEXT = 90
@@ -96,7 +95,6 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _PHRASE = re.compile(r'"([^"]*)"')
 _WORD = re.compile(r"\w+\*?", re.UNICODE)
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-_SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ness", "er")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +135,8 @@ def parse_query(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> Parsed
     return ParsedQuery(phrases=tuple(phrases), terms=tuple(terms), prefixes=prefixes)
 
 
-def _quote(word: str) -> str:
+def quote(word: str) -> str:
+    """``word`` as one FTS5 string: the only form user text ever takes in a ``MATCH``."""
     return '"' + word.replace('"', '""') + '"'
 
 
@@ -154,11 +153,9 @@ def fts5_match(
     """
     if query.empty:
         return ""
-    phrases = [
-        f"{phrase_columns} : (" + " ".join(_quote(w) for w in p) + ")" for p in query.phrases
-    ]
+    phrases = [f"{phrase_columns} : (" + " ".join(quote(w) for w in p) + ")" for p in query.phrases]
     terms = [
-        f"{term_columns} : (" + _quote(t) + (" *" if t in query.prefixes else "") + ")"
+        f"{term_columns} : (" + quote(t) + (" *" if t in query.prefixes else "") + ")"
         for t in query.terms
     ]
     if not phrases:
@@ -167,52 +164,6 @@ def fts5_match(
         return " AND ".join(phrases)
     optional = " OR ".join([*terms, phrases[0]])
     return " AND ".join(phrases) + f" AND ({optional})"
-
-
-@functools.lru_cache(maxsize=65_536)
-def stem(word: str) -> str:
-    """A crude suffix stripper, good enough to line up "paints" with "painting" when reranking."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def rerank(
-    query: ParsedQuery, candidates: Sequence[tuple[float, str]], *, window: int = RERANK_WINDOW
-) -> list[int]:
-    """Reorder the best ``window`` candidates; return the indexes of all candidates in new order.
-
-    ``candidates`` are ``(score, text)`` pairs in BM25 order, higher score
-    better. Within the window a row's score is multiplied up by the share of
-    distinct query terms it holds and by query terms found next to each other
-    (in query order, up to two words apart); rows past the window keep their
-    BM25 order, so pagination stays deterministic.
-    """
-    wanted = [stem(t) for t in query.terms] + [stem(w) for p in query.phrases for w in p]
-    wanted = list(dict.fromkeys(wanted))
-    head = list(range(min(window, len(candidates))))
-    if len(wanted) < 2 or not head:
-        return list(range(len(candidates)))
-    pairs = set(itertools.pairwise(wanted))
-    boosted: list[tuple[float, int]] = []
-    for index in head:
-        score, text = candidates[index]
-        stems = [stem(w) for w in _TOKEN.findall(text.lower())]
-        positions: dict[str, list[int]] = {}
-        for pos, word_stem in enumerate(stems):
-            if word_stem in wanted:
-                positions.setdefault(word_stem, []).append(pos)
-        coverage = len(positions) / len(wanted)
-        near = 0
-        for first, second in pairs:
-            if any(
-                0 < b - a <= 3 for a in positions.get(first, ()) for b in positions.get(second, ())
-            ):
-                near += 1
-        boosted.append((score * (1.0 + coverage) * (1.0 + 0.3 * near), index))
-    boosted.sort(key=lambda pair: (-pair[0], pair[1]))
-    return [index for _, index in boosted] + list(range(len(head), len(candidates)))
 
 
 # ------------------------------------------------------------------------------------ cursors
@@ -245,7 +196,8 @@ def decode_cursor(cursor: str, conversation_id: str, mode: str, scope: str, quer
         raise StoreError(
             "cursor belongs to another search (query, mode, scope or conversation differ)"
         )
-    if not 0 <= offset <= MAX_OFFSET * 10:
+    # Text cursors count results; regex cursors are scan positions (row and segment).
+    if not 0 <= offset <= (MAX_OFFSET * 10 if mode == "text" else 1 << 63):
         raise StoreError("invalid cursor: offset out of range")
     return offset
 
@@ -266,27 +218,56 @@ def compile_regex(pattern: str) -> Any:
         raise StoreError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
-def regex_find(compiled: Any, text: str) -> tuple[int, int] | None:
-    """The span of the first match of ``compiled`` in (the capped) ``text``, or None.
+def regex_find(
+    compiled: Any, text: str, *, first: bool = True, last: bool = True
+) -> tuple[int, int] | None:
+    """The span of the first match of ``compiled`` in ``text`` (one segment), or None.
 
-    A match that times out counts as no match: the row is skipped rather than
+    ``first`` / ``last`` say whether the segment starts / ends its row: when it
+    does not, ``^``, ``\\A``, ``$`` and ``\\Z`` must not match at the cut, so
+    the segment is searched as if a space stood beyond it (a cut falls on
+    whitespace but for runs of thousands of characters without any). A match
+    that times out counts as no match: the segment is skipped rather than
     hanging the search.
     """
-    text = text[:REGEX_ROW_CHARS]
+    prefix = "" if first else " "
+    subject = prefix + text[:REGEX_ROW_CHARS] + ("" if last else " ")
     try:
-        match = compiled.search(text, timeout=REGEX_ROW_TIMEOUT_S)
+        match = compiled.search(subject, len(prefix), timeout=REGEX_ROW_TIMEOUT_S)
     except TimeoutError:
         return None
     if match is None:
         return None
-    return int(match.start()), int(match.end())
+    start = max(0, int(match.start()) - len(prefix))
+    return start, max(start, min(len(text), int(match.end()) - len(prefix)))
 
 
-def snippet_around(text: str, start: int, end: int, *, context: int = SNIPPET_CONTEXT) -> str:
-    """Text around ``text[start:end]`` with the match highlighted, on one line, bounded."""
+def plain_snippet(text: str) -> str:
+    """The start of ``text`` on one line, bounded like a snippet (no match to highlight)."""
+    size = 2 * SNIPPET_CONTEXT
+    return " ".join(text[:size].split()) + ("…" if len(text) > size else "")
+
+
+def snippet_around(
+    text: str,
+    start: int,
+    end: int,
+    *,
+    context: int = SNIPPET_CONTEXT,
+    also: Sequence[tuple[int, int]] = (),
+) -> str:
+    """Text around ``text[start:end]`` with the match highlighted, on one line, bounded.
+
+    ``also`` are more spans to highlight (other query words) when they fall
+    inside the window; spans are ``(start, end)`` offsets in ``text``, sorted.
+    """
     end = min(end, start + 2 * context)
     left = max(0, start - context)
     right = min(len(text), end + context)
-    piece = text[left:start] + HIGHLIGHT_OPEN + text[start:end] + HIGHLIGHT_CLOSE + text[end:right]
-    piece = " ".join(piece.split())
+    spans = [(start, end), *((a, b) for a, b in also if a >= end and b <= right)]
+    pieces = [text[left:start]]
+    for n, (a, b) in enumerate(spans):
+        pieces.append(HIGHLIGHT_OPEN + text[a:b] + HIGHLIGHT_CLOSE)
+        pieces.append(text[b : spans[n + 1][0] if n + 1 < len(spans) else right])
+    piece = " ".join("".join(pieces).split())
     return ("…" if left > 0 else "") + piece + ("…" if right < len(text) else "")

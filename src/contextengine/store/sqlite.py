@@ -13,10 +13,18 @@ The file format (applied by the numbered migrations in
   ``large_contents`` (id ``lc_`` + 16 hex).
 * ``search_index``: an FTS5 table (``porter unicode61`` tokenizer) over the
   searchable text of every message (:func:`contextengine.messages.message_text`)
-  and summary, written in the same transaction as the row it indexes. Each
-  message's row also holds the first 300 characters of the message before it
-  (column ``ctx``, weighted 0.4): answers are found by the words of the
-  question that prompted them.
+  and summary, written in the same transaction as the row it indexes. Its
+  ``conv`` column holds the conversation's ``search_token``, so every query is
+  scoped to one conversation inside FTS5. Each message's row also holds the
+  first 300 characters of the message before it (column ``ctx``, weighted 0.4
+  when ranking): answers are found by the words of the question that prompted
+  them.
+* **Segments** (migration 3, :mod:`contextengine.store.segments`): a text
+  longer than 4,000 characters is indexed in bounded segments. Rowids of
+  ``search_index``: ``r`` in ``(0, 2**61)`` is segment 0 of ``messages.rowid =
+  r``; ``-r`` the same for ``summaries.rowid = r``; ``±(2**61 + (r << 20) + k)``
+  is segment ``k >= 1`` of that row (empty ``ctx``). Search, snippets and regex
+  read one segment at a time, never a whole 10 MB row.
 
 **Identity keys.** A message's identity is its provider message id when it
 has one (``id:<id>``). Otherwise it is ``h:<position>:<sha256 of the canonical
@@ -40,6 +48,13 @@ and identity key, so the same archive copied to another store keeps its ids.
 :meth:`SQLiteStore.prune`: a whole conversation with its messages, summaries,
 edges, context, large contents and index rows, in one transaction.
 
+**Two write paths, one result.** :meth:`SQLiteStore.append_messages` is the
+per-turn path: one short ``BEGIN IMMEDIATE`` transaction per call.
+:meth:`SQLiteStore.import_messages` and :meth:`SQLiteStore.copy_messages` are
+the bulk path (:mod:`contextengine.store.bulk`): chunks prepared in a second
+thread, one transaction per chunk, the WAL checkpointed by a background
+connection meanwhile. Both store the same rows.
+
 **Durability.** Connections run in WAL mode (files), with foreign keys on and
 a busy timeout. A committed write survives a crash of the process at once
 (the WAL is in the operating system's hands when ``COMMIT`` returns). It
@@ -54,19 +69,21 @@ request), and a power cut loses the agent's in-memory turn anyway.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 from contextengine.errors import StoreError
 from contextengine.store import _common
+from contextengine.store import bulk as _bulk
 from contextengine.store import search as _search
+from contextengine.store import sqlite_bulk as _sqlite_bulk
+from contextengine.store import sqlite_search as _sqlite_search
 from contextengine.store._common import identity_key, message_search_text
 from contextengine.store.ids import (
     conversation_id_for,
@@ -81,17 +98,23 @@ from contextengine.store.protocol import (
     ConversationInfo,
     LargeContent,
     NewSummary,
-    SearchHit,
     SearchPage,
     StoredMessage,
     SummaryRecord,
 )
+from contextengine.store.segments import segment_text
+from contextengine.store.sqlite_bulk import index_rows
 
 __all__ = ["SQLiteStore", "identity_key", "message_search_text"]
 
 Message = dict[str, Any]
 _CHUNK = 400  # parameters per IN (...) query, well under SQLite's limit
-_REGEX_DEADLINE_S = 3.0
+#: Page cache per connection: the archive's indexes (ids, identity keys) are
+#: written at random places, and SQLite's default 2 MB cache makes a bulk import
+#: re-read pages it just wrote.
+_CACHE_KIB = 64 * 1024
+#: Bytes of the file read through a memory map (SQLite caps it near 2 GB by default).
+_MMAP_BYTES = 2**31 - 2**16
 _SUMMARY_COLUMNS = (
     "id, conversation_id, kind, depth, content, token_count, seq_start, seq_end, "
     "time_start, time_end, descendant_count, fallback, created_at"
@@ -151,6 +174,10 @@ class SQLiteStore(_common.StoreBase):
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            # Reads through a memory map, not a read() per page: search reads
+            # scattered pages of the index and content (a quarter faster at 1M).
+            self._db.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
             self._migrate()
         except BaseException:
             self._db.close()
@@ -198,6 +225,8 @@ class SQLiteStore(_common.StoreBase):
                 with self._write() as db:
                     for statement in migration.statements:
                         db.execute(statement)
+                    if migration.step is not None:
+                        migration.step(db)
                     db.execute(
                         "INSERT INTO schema_version VALUES (?, ?, ?)",
                         (migration.version, migration.description, self._clock()),
@@ -281,15 +310,15 @@ class SQLiteStore(_common.StoreBase):
                 lambda i: token_counts[i] if token_counts is not None else self._count(messages[i]),
             )
             rows: list[tuple[Any, ...]] = []
-            index_rows: list[tuple[int, str, str, str]] = []
+            fts_rows: list[tuple[int, str, str, str]] = []
             previous = self._last_text(db, conversation_id, count)
             for n, (i, m) in enumerate(new):
                 rowid = max_rowid + 1 + n
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
                 rows.append((rowid, *values, m.identity_key, now))
-                text = message_search_text(m.message)
-                index_rows.append((rowid, token, text, previous[: _common.CONTEXT_CHARS]))
-                previous = text
+                segments = segment_text(message_search_text(m.message))
+                fts_rows += index_rows(rowid, token, segments, previous)
+                previous = segments[0]
             if rows:
                 db.executemany(
                     "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
@@ -299,7 +328,7 @@ class SQLiteStore(_common.StoreBase):
                 )
                 db.executemany(
                     "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                    index_rows,
+                    fts_rows,
                 )
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
@@ -311,7 +340,7 @@ class SQLiteStore(_common.StoreBase):
 
     @staticmethod
     def _last_text(db: sqlite3.Connection, conversation_id: str, count: int) -> str:
-        """The indexed text of the newest stored message: the context of the next one."""
+        """The first indexed segment of the newest stored message: the context of the next one."""
         if count == 0:
             return ""
         row = db.execute(
@@ -336,6 +365,53 @@ class SQLiteStore(_common.StoreBase):
             ).fetchall()
             found.update(r[0] for r in rows)
         return found
+
+    # ------------------------------------------------------------------ the bulk path
+
+    def import_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        token_counts: Sequence[int] | None = None,
+        start_seq: int | None = None,
+        to_context: bool = False,
+    ) -> int:
+        """Store many messages fast (importers, replays); return how many were newly stored.
+
+        Stores exactly what ``append_messages`` with the same arguments stores,
+        in transactions of :data:`~contextengine.store.bulk.CHUNK` messages,
+        with the preparation (JSON, hashes, token counts) in a second thread
+        (:mod:`contextengine.store.bulk`).
+        """
+        token = self._search_token(conversation_id)
+        if not messages:
+            return 0
+        start = start_seq
+        if start is None:
+            head = min(len(messages), self.message_count(conversation_id))
+            hashes = [_common.canonical_hash(m) for m in messages[:head]]
+            with self._snapshot() as db:
+                start = _sqlite_bulk.align(db, conversation_id, hashes)
+        chunks = _bulk.prepare_messages(
+            conversation_id, messages, start=start, token_counts=token_counts, count=self._count
+        )
+        return _sqlite_bulk.write_chunks(
+            self, conversation_id, token, chunks, to_context=to_context
+        )
+
+    def copy_messages(self, conversation_id: str, records: Iterable[StoredMessage]) -> int:
+        """Write messages read from another archive verbatim; return how many were new.
+
+        ``contextengine archive migrate`` uses it. Ids, identity keys, seqs,
+        token counts and timestamps are kept. Records whose identity is stored
+        are skipped; the others must continue the history (the first new one at
+        ``seq == message_count``, then one after another), else
+        :class:`StoreError`.
+        """
+        token = self._search_token(conversation_id)
+        chunks = _bulk.prepare_records(records)
+        return _sqlite_bulk.write_chunks(self, conversation_id, token, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
 
@@ -464,9 +540,9 @@ class SQLiteStore(_common.StoreBase):
                         for pos, source in enumerate(sources)
                     ],
                 )
-                db.execute(
-                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, '')",
-                    (-rowid, token, summary.content),
+                db.executemany(
+                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
+                    index_rows(-rowid, token, segment_text(summary.content), ""),
                 )
             if isinstance(new_context, ContextSplice):
                 self._apply_splice(db, conversation_id, new_context, splice_at, written)
@@ -508,6 +584,19 @@ class SQLiteStore(_common.StoreBase):
 
     # ------------------------------------------------------------------ search
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query of a search sees the same committed state."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+            except sqlite3.ProgrammingError as exc:
+                raise StoreError(f"archive {self.path} is closed or misused: {exc}") from exc
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
     def search(
         self,
         conversation_id: str,
@@ -518,135 +607,37 @@ class SQLiteStore(_common.StoreBase):
         limit: int = 20,
         cursor: str | None = None,
     ) -> SearchPage:
-        """Ranked full-text (BM25 + proximity rerank) or bounded regex search in one conversation.
+        """Ranked full-text (bounded BM25, proximity rerank) or bounded regex search.
 
-        The engine of ``lcm_grep``. Raises :class:`StoreError` for an unknown
-        conversation, a bad mode/scope/cursor or an invalid regex.
+        The engine of ``lcm_grep`` (:mod:`contextengine.store.sqlite_search`).
+        Raises :class:`StoreError` for an unknown conversation, a bad
+        mode/scope/cursor or an invalid regex.
         """
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         token = self._search_token(conversation_id)
-        if mode == "regex":
-            return self._search_regex(conversation_id, query, scope, limit, offset)
-        return self._search_text(conversation_id, token, query, scope, limit, offset)
-
-    def _search_text(
-        self, conversation_id: str, token: str, query: str, scope: str, limit: int, offset: int
-    ) -> SearchPage:
-        parsed = _search.parse_query(query)
-        if parsed.empty:
-            return SearchPage(results=[])
-        # The parentheses matter: AND binds tighter than OR in FTS5.
-        match = f'conv : "{token}" AND (' + _search.fts5_match(parsed) + ")"
-        where = {"messages": " AND rowid > 0", "summaries": " AND rowid < 0", "all": ""}[scope]
-        fetch = max(_search.RERANK_WINDOW, offset + limit + 1)
-        try:
-            rows = self._read(
-                "SELECT rowid, rank, substr(body, 1, 20000) || ' ' || ctx FROM search_index"
-                f" WHERE search_index MATCH ?{where} ORDER BY rank, rowid LIMIT ?",
-                (match, fetch),
-            )
-        except sqlite3.OperationalError as exc:  # pragma: no cover - parse_query quotes all
-            raise StoreError(f"search failed for {query!r}: {exc}") from exc
-        order = _search.rerank(parsed, [(-r[1], r[2]) for r in rows])
-        page = [rows[i] for i in order[offset : offset + limit]]
-        hits: list[SearchHit] = []
-        for rowid, rank, _body in page:
-            snippet = self._read(
-                "SELECT snippet(search_index, 1, ?, ?, '…', 24) FROM search_index"
-                " WHERE search_index MATCH ? AND rowid = ?",
-                (_search.HIGHLIGHT_OPEN, _search.HIGHLIGHT_CLOSE, match, rowid),
-            )
-            hits.append(self._hit(conversation_id, rowid, -rank, snippet[0][0] if snippet else ""))
-        hits = self._with_summary_ids(conversation_id, hits)
-        more = len(order) > offset + limit
+        with self._snapshot() as db:
+            if mode == "regex":
+                hits, resume = _sqlite_search.search_regex(
+                    db, conversation_id, token, query, scope, limit, offset
+                )
+                more = resume is not None
+                next_offset = resume or 0
+            else:
+                try:
+                    hits, more = _sqlite_search.search_text(
+                        db, conversation_id, token, query, scope, limit, offset
+                    )
+                except sqlite3.OperationalError as exc:  # pragma: no cover - parse_query quotes all
+                    raise StoreError(f"search failed for {query!r}: {exc}") from exc
+                next_offset = offset + limit
+                more = more and next_offset <= _search.MAX_OFFSET
+            hits = _sqlite_search.with_summary_ids(db, conversation_id, hits)
         next_cursor = (
-            _search.encode_cursor(conversation_id, "text", scope, query, offset + limit)
-            if more and offset + limit <= _search.MAX_OFFSET
+            _search.encode_cursor(conversation_id, mode, scope, query, next_offset)
+            if more
             else None
         )
         return SearchPage(results=hits, next_cursor=next_cursor)
-
-    def _hit(self, conversation_id: str, rowid: int, score: float, snippet: str) -> SearchHit:
-        if rowid > 0:
-            row = self._read(
-                "SELECT id, seq, role FROM messages WHERE rowid = ? AND conversation_id = ?",
-                (rowid, conversation_id),
-            )[0]
-            return SearchHit(
-                id=row[0], kind="message", seq=row[1], role=row[2], snippet=snippet, score=score
-            )
-        row = self._read(
-            "SELECT id FROM summaries WHERE rowid = ? AND conversation_id = ?",
-            (-rowid, conversation_id),
-        )[0]
-        return SearchHit(
-            id=row[0], kind="summary", seq=None, role="summary", snippet=snippet, score=score
-        )
-
-    def _with_summary_ids(self, conversation_id: str, hits: list[SearchHit]) -> list[SearchHit]:
-        """Fill ``summary_id`` for hits that left the active context."""
-        if not hits:
-            return hits
-        in_view = {
-            r[0]
-            for r in self._read(
-                "SELECT ref_id FROM context_items WHERE conversation_id = ?", (conversation_id,)
-            )
-        }
-        out = []
-        for hit in hits:
-            parent = None if hit.id in in_view else self.parent_summary(conversation_id, hit.id)
-            out.append(hit if parent is None else dataclasses.replace(hit, summary_id=parent))
-        return out
-
-    def _search_regex(
-        self, conversation_id: str, pattern: str, scope: str, limit: int, offset: int
-    ) -> SearchPage:
-        compiled = _search.compile_regex(pattern)
-        parts = []
-        if scope in ("messages", "all"):
-            parts.append(
-                "SELECT 0, m.seq, m.rowid, s.body FROM messages m JOIN search_index s"
-                " ON s.rowid = m.rowid WHERE m.conversation_id = ?1"
-            )
-        if scope in ("summaries", "all"):
-            parts.append(
-                "SELECT 1, u.rowid, -u.rowid, s.body FROM summaries u JOIN search_index s"
-                " ON s.rowid = -u.rowid WHERE u.conversation_id = ?1"
-            )
-        sql = " UNION ALL ".join(parts) + " ORDER BY 1, 2 LIMIT ?2 OFFSET ?3"
-        deadline = time.monotonic() + _REGEX_DEADLINE_S
-        hits: list[SearchHit] = []
-        position = offset
-        scanned = 0
-        exhausted = False
-        while len(hits) < limit and scanned < _search.REGEX_MAX_ROWS:
-            batch = self._read(sql, (conversation_id, 200, position))
-            if not batch:
-                exhausted = True
-                break
-            for _k, _o, rowid, body in batch:
-                position += 1
-                scanned += 1
-                span = _search.regex_find(compiled, body)
-                if span is not None:
-                    snippet = _search.snippet_around(body, *span)
-                    hits.append(self._hit(conversation_id, rowid, 0.0, snippet))
-                if len(hits) >= limit or time.monotonic() > deadline:
-                    break
-            if time.monotonic() > deadline:
-                break
-        if not exhausted:
-            more = self._read(sql, (conversation_id, 1, position))
-            exhausted = not more
-        next_cursor = (
-            None
-            if exhausted
-            else _search.encode_cursor(conversation_id, "regex", scope, pattern, position)
-        )
-        return SearchPage(
-            results=self._with_summary_ids(conversation_id, hits), next_cursor=next_cursor
-        )
 
     # ------------------------------------------------------------------ retention and operations
 
@@ -669,12 +660,16 @@ class SQLiteStore(_common.StoreBase):
     def _delete_conversations(self, conversation_ids: Sequence[str]) -> None:
         with self._write() as db:
             for conversation_id in conversation_ids:
-                index_rows = db.execute(
-                    "SELECT rowid FROM messages WHERE conversation_id = ?"
-                    " UNION ALL SELECT -rowid FROM summaries WHERE conversation_id = ?",
-                    (conversation_id, conversation_id),
-                ).fetchall()
-                db.executemany("DELETE FROM search_index WHERE rowid = ?", index_rows)
+                row = db.execute(
+                    "SELECT search_token FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                if row is not None:
+                    # Every index row of the conversation (segments included) holds its token.
+                    doomed = db.execute(
+                        "SELECT rowid FROM search_index WHERE search_index MATCH ?",
+                        (f'conv : "{row[0]}"',),
+                    ).fetchall()
+                    db.executemany("DELETE FROM search_index WHERE rowid = ?", doomed)
                 # Edges and context rows go by cascade; deleting them first keeps the
                 # cascade from checking summary ids one by one.
                 db.execute(

@@ -4,7 +4,9 @@ Each module ``mNNNN_<name>.py`` here is one step: ``VERSION``, ``DESCRIPTION``,
 ``POSTGRES`` (statements that must succeed) and optionally
 ``POSTGRES_OPTIONAL`` (statements that improve the archive but may be refused
 by the server, such as ``CREATE EXTENSION pg_trgm`` without the privilege;
-each runs in its own savepoint and a refusal is skipped).
+each runs in its own savepoint and a refusal is skipped) and ``POSTGRES_STEP``
+(a function given the connection, for data conversions SQL alone cannot do;
+run last, in the same transaction).
 
 Statements are run with ``search_path`` set to the store's schema, so they
 name tables unqualified and one database can hold several archives.
@@ -99,6 +101,14 @@ def apply_pg_migrations(
                         conn.execute(statement)
                 except psycopg.Error:
                     continue
+            if migration.step is not None:
+                try:
+                    migration.step(conn)
+                except psycopg.Error as exc:
+                    raise StoreError(
+                        f"{label}: migration {migration.version} ({migration.description})"
+                        f" failed: {exc}"
+                    ) from exc
             conn.execute(
                 "INSERT INTO schema_version VALUES (%s, %s, %s)",
                 (migration.version, migration.description, clock()),
