@@ -60,7 +60,7 @@ def _old_rows(conversation_id: str) -> list[dict[str, Any]]:
 
 
 def _check_search(store: Store, conversation_id: str) -> None:
-    assert store.stats()["schema_version"] == 3
+    assert store.stats()["schema_version"] >= 3  # migrated at least to segments
     (end,) = store.search(conversation_id, "zanzibar42", scope="messages").results[:1]
     assert end.seq in (1, 2) and "«zanzibar42»" in end.snippet
     assert {h.seq for h in store.search(conversation_id, "zanzibar42").results} >= {1, 2}

@@ -13,7 +13,12 @@ The file format (applied by the numbered migrations in
   ``large_contents`` (id ``lc_`` + 16 hex).
 * ``search_index``: an FTS5 table (``porter unicode61`` tokenizer) over the
   searchable text of every message (:func:`contextengine.messages.message_text`)
-  and summary, written in the same transaction as the row it indexes. Its
+  and summary. A summary's rows, and the rows of messages stored by the bulk
+  path, are written in the transaction that stores them; a message stored by
+  the per-turn path is listed in ``index_pending`` (migration 4) in its own
+  transaction and indexed with others later (:meth:`SQLiteStore.flush_index`:
+  when enough are pending, before every search, when the store closes), since
+  an FTS5 write per request was most of the per-request cost. Its
   ``conv`` column holds the conversation's ``search_token``, so every query is
   scoped to one conversation inside FTS5. Each message's row also holds the
   first 300 characters of the message before it (column ``ctx``, weighted 0.4
@@ -69,12 +74,13 @@ request), and a power cut loses the agent's in-memory turn anyway.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,13 +108,17 @@ from contextengine.store.protocol import (
     StoredMessage,
     SummaryRecord,
 )
-from contextengine.store.segments import segment_text
+from contextengine.store.segments import SEGMENT_CHARS, segment_text
 from contextengine.store.sqlite_bulk import index_rows
 
 __all__ = ["SQLiteStore", "identity_key", "message_search_text"]
 
 Message = dict[str, Any]
 _CHUNK = 400  # parameters per IN (...) query, well under SQLite's limit
+#: Messages (and characters of text) the per-turn path lets wait before it
+#: indexes them in one go, inside the transaction that reaches either limit.
+PENDING_MESSAGES = 64
+PENDING_CHARS = 256_000
 #: Page cache per connection: the archive's indexes (ids, identity keys) are
 #: written at random places, and SQLite's default 2 MB cache makes a bulk import
 #: re-read pages it just wrote.
@@ -158,6 +168,14 @@ class SQLiteStore(_common.StoreBase):
         self.path = str(path)
         self.synchronous = synchronous
         self._synced_dir = False
+        # The text the next message of a conversation is indexed beside, with
+        # the conversation's message count it is valid for.
+        self._last_texts: dict[str, tuple[int, str]] = {}
+        # Messages (and characters) waiting in index_pending, as this process
+        # knows it (None: not read yet); another process's rows are found by
+        # the next search or open.
+        self._pending: int | None = None
+        self._pending_chars = 0
         self._clock = clock
         self._count = token_counter or _common.default_token_count
         self._lock = threading.RLock()
@@ -288,7 +306,7 @@ class SQLiteStore(_common.StoreBase):
         new messages to the active context in the same transaction.
         """
         encoded, hashes = _common.encode_batch(messages, token_counts)
-        token = self._search_token(conversation_id)
+        self._search_token(conversation_id)  # an unknown conversation is an error
         if not messages:
             return []
         with self._write() as db:
@@ -310,45 +328,100 @@ class SQLiteStore(_common.StoreBase):
                 lambda i: token_counts[i] if token_counts is not None else self._count(messages[i]),
             )
             rows: list[tuple[Any, ...]] = []
-            fts_rows: list[tuple[int, str, str, str]] = []
+            pending: list[tuple[int, str]] = []
             previous = self._last_text(db, conversation_id, count)
+            chars = 0
             for n, (i, m) in enumerate(new):
                 rowid = max_rowid + 1 + n
                 values = (m.id, conversation_id, m.seq, m.role, encoded[i], m.token_count)
                 rows.append((rowid, *values, m.identity_key, now))
-                segments = segment_text(message_search_text(m.message))
-                fts_rows += index_rows(rowid, token, segments, previous)
-                previous = segments[0]
+                pending.append((rowid, previous[: _common.CONTEXT_CHARS]))
+                text = message_search_text(m.message)
+                chars += len(text)
+                previous = text[:SEGMENT_CHARS]
             if rows:
+                waiting = self._pending_count(db)
                 db.executemany(
                     "INSERT INTO messages (rowid, id, conversation_id, seq, role, json,"
                     " token_count, identity_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT DO NOTHING",
                     rows,
                 )
-                db.executemany(
-                    "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)",
-                    fts_rows,
-                )
+                db.executemany("INSERT INTO index_pending (rowid, ctx) VALUES (?, ?)", pending)
                 db.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id)
                 )
+                self._last_texts[conversation_id] = (count + len(rows), previous)
+                self._pending = waiting + len(rows)
+                self._pending_chars += chars
+                if self._pending >= PENDING_MESSAGES or self._pending_chars >= PENDING_CHARS:
+                    self._flush_pending(db)
             stored = [m for _, m in new]
             if to_context:
                 self._append_to_context(db, conversation_id, stored)
         return stored
 
-    @staticmethod
-    def _last_text(db: sqlite3.Connection, conversation_id: str, count: int) -> str:
-        """The first indexed segment of the newest stored message: the context of the next one."""
+    def _last_text(self, db: sqlite3.Connection, conversation_id: str, count: int) -> str:
+        """The start of the newest stored message's text: what the next one is indexed beside."""
         if count == 0:
             return ""
+        cached = self._last_texts.get(conversation_id)
+        if cached is not None and cached[0] == count:
+            return cached[1]
         row = db.execute(
-            "SELECT s.body FROM messages m JOIN search_index s ON s.rowid = m.rowid"
-            " WHERE m.conversation_id = ? AND m.seq = ?",
+            "SELECT rowid, json FROM messages WHERE conversation_id = ? AND seq = ?",
             (conversation_id, count - 1),
         ).fetchone()
-        return str(row[0]) if row else ""
+        if row is None:
+            return ""
+        indexed = db.execute(
+            "SELECT body FROM search_index WHERE rowid = ?", (int(row[0]),)
+        ).fetchone()
+        if indexed is not None:
+            return str(indexed[0])
+        return message_search_text(json.loads(row[1]))[:SEGMENT_CHARS]
+
+    # ------------------------------------------------------------------ deferred indexing
+
+    def _pending_count(self, db: sqlite3.Connection) -> int:
+        if self._pending is None:
+            (self._pending,) = db.execute("SELECT COUNT(*) FROM index_pending").fetchone()
+        return int(self._pending)
+
+    def _flush_pending(self, db: sqlite3.Connection) -> int:
+        """Index every message waiting in ``index_pending``, inside the caller's transaction."""
+        rows = db.execute(
+            "SELECT p.rowid, p.ctx, m.json, c.search_token FROM index_pending p"
+            " JOIN messages m ON m.rowid = p.rowid"
+            " JOIN conversations c ON c.id = m.conversation_id ORDER BY p.rowid"
+        ).fetchall()
+        fts_rows: list[tuple[int, str, str, str]] = []
+        for rowid, ctx, encoded, token in rows:
+            segments = segment_text(message_search_text(json.loads(encoded)))
+            fts_rows += index_rows(int(rowid), str(token), segments, str(ctx))
+        db.executemany(
+            "INSERT INTO search_index (rowid, conv, body, ctx) VALUES (?, ?, ?, ?)", fts_rows
+        )
+        db.execute("DELETE FROM index_pending")
+        self._pending = 0
+        self._pending_chars = 0
+        return len(rows)
+
+    def flush_index(self) -> int:
+        """Index the messages the per-turn path left pending; return how many.
+
+        Called before every search (so a search always sees every stored
+        message) and when the store closes; the per-turn path also calls it
+        once :data:`PENDING_MESSAGES` messages or :data:`PENDING_CHARS`
+        characters wait. Safe to call at any time; free when nothing waits.
+        """
+        with self._lock:
+            if self._pending == 0:
+                return 0
+            with self._write() as db:
+                if self._pending_count(db) == 0:
+                    return 0
+                return self._flush_pending(db)
 
     def _existing_keys(
         self, db: sqlite3.Connection, conversation_id: str, keys: list[str]
@@ -615,6 +688,7 @@ class SQLiteStore(_common.StoreBase):
         """
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         token = self._search_token(conversation_id)
+        self.flush_index()
         with self._snapshot() as db:
             if mode == "regex":
                 hits, resume = _sqlite_search.search_regex(
@@ -670,6 +744,12 @@ class SQLiteStore(_common.StoreBase):
                         (f'conv : "{row[0]}"',),
                     ).fetchall()
                     db.executemany("DELETE FROM search_index WHERE rowid = ?", doomed)
+                db.execute(
+                    "DELETE FROM index_pending WHERE rowid IN"
+                    " (SELECT rowid FROM messages WHERE conversation_id = ?)",
+                    (conversation_id,),
+                )
+                self._last_texts.pop(conversation_id, None)
                 # Edges and context rows go by cascade; deleting them first keeps the
                 # cascade from checking summary ids one by one.
                 db.execute(
@@ -700,6 +780,7 @@ class SQLiteStore(_common.StoreBase):
 
     def vacuum(self) -> None:
         """Merge the index, rewrite the file compactly and truncate the WAL."""
+        self.flush_index()
         with self._lock:
             self._db.execute("INSERT INTO search_index(search_index) VALUES ('optimize')")
             self._db.execute("VACUUM")
@@ -719,12 +800,19 @@ class SQLiteStore(_common.StoreBase):
             "schema_version": one("SELECT MAX(version) FROM schema_version"),
             **{k: one(f"SELECT COUNT(*) FROM {t}") for k, t in _common.TABLE_COUNTS.items()},
             "index_rows": one("SELECT COUNT(*) FROM search_index"),
+            "index_pending": one("SELECT COUNT(*) FROM index_pending"),
             "file_bytes": one("PRAGMA page_count") * page_size,
             "free_bytes": one("PRAGMA freelist_count") * page_size,
             "wal_bytes": wal.stat().st_size if self.path != ":memory:" and wal.exists() else 0,
         }
 
     def close(self) -> None:
-        """Close the connection; further calls raise :class:`StoreError`. Idempotent."""
+        """Index what is pending, then close the connection; idempotent.
+
+        Further calls raise :class:`StoreError`. A failing last flush loses
+        nothing: the pending rows stay in the file for the next open.
+        """
         with self._lock:
+            with suppress(StoreError, sqlite3.Error):
+                self.flush_index()
             self._db.close()
