@@ -20,12 +20,13 @@ def test_bundled_session_is_valid_and_big_enough_to_compact() -> None:
 def test_compressor_demo_compacts_several_times_and_stays_in_the_window() -> None:
     result = run_demo(engine="compressor", context_length=8_000)
     assert len(result.compactions) >= 3
-    assert all(not event.aborted for event in result.compactions)
+    # Every compaction that ran succeeded; skips (passes == 0) are reported, not run.
+    assert all(not event.aborted for event in result.compactions if event.passes)
     assert max(step.context_tokens for step in result.requests) <= 8_000
     validate_messages(result.final_context)
     # The latest request is what the model must answer.
     assert "staging database use again" in result.final_context[-1]["content"]
-    assert result.status["compression_count"] == len(result.compactions)
+    assert result.status["host_compactions"] == sum(1 for e in result.compactions if not e.aborted)
 
 
 def test_lcm_demo_recovers_the_fact_that_left_the_view() -> None:

@@ -573,9 +573,9 @@ def test_per_request_work_is_proportional_to_new_messages(monkeypatch: pytest.Mo
     sanitized: list[int] = []
     real_rough, real_sanitize = state_module._rough_one, requests_module.sanitize_tool_pairs
 
-    def counting_rough(msg: Message) -> int:
+    def counting_rough(msg: Message, model: str | None = None) -> int:
         estimated.append(1)
-        return real_rough(msg)
+        return real_rough(msg, model)
 
     def counting_sanitize(messages: list[Message], repairs: Any = None) -> list[Message]:
         sanitized.append(len(messages))

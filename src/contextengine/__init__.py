@@ -25,6 +25,7 @@ from contextengine.engines.lossless import LosslessEngine
 from contextengine.errors import (
     ConfigError,
     ContextEngineError,
+    ContextOverflowError,
     EngineLoadError,
     EngineNotFoundError,
     FormatError,
@@ -80,6 +81,7 @@ __all__ = [
     "ContextEngine",
     "ContextEngineError",
     "ContextHost",
+    "ContextOverflowError",
     "DeterministicSummarizer",
     "EngineLoadError",
     "EngineNotFoundError",

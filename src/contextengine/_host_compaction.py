@@ -28,7 +28,7 @@ from contextengine.engine import automatic_compaction_status_message, sanitize_m
 from contextengine.events import CompactionEvent, Level, Phase
 from contextengine.failure_policy import FAILURE_CAUSES, describe_cause
 from contextengine.messages import sanitize_tool_pairs, validate_messages
-from contextengine.tokens import estimate_tokens_rough
+from contextengine.tokens import count_message_tokens
 
 __all__ = ["_CompactionPolicy", "_checked"]
 
@@ -136,7 +136,9 @@ class _CompactionPolicy(_HostState):
             fallback_used = fallback_used or bool(report.get("fallback_used", False))
             if report.get("cause") and cause is None:
                 cause, engine_error = str(report["cause"]), report.get("error") or None
-            after = estimate_tokens_rough(result)
+            # Exact, like ``before``: a rough estimate beside an exact one can
+            # make a compaction look like it grew the conversation.
+            after = count_message_tokens(result, self.model or None)
             if after >= tokens and len(result) >= len(current):
                 break  # no progress: another pass would only repeat the work
             current, tokens = result, after

@@ -12,7 +12,10 @@ Follow a request through :meth:`_RequestPipeline._op_prepare`:
    view), and a repair the provider would otherwise have rejected (a tool
    call whose result was lost, a result with no call) is reported once, by
    name, as a warning;
-5. cache breakpoints are added when asked for.
+5. the window guarantee (:mod:`contextengine.window`): a request over the
+   context window is cut to fit, from counts kept incrementally, or
+   :class:`~contextengine.errors.ContextOverflowError` says it cannot be;
+6. cache breakpoints are added when asked for.
 
 After the response: :meth:`_op_record_response` hands the usage to the
 engine; :meth:`_op_after_tool_calls` may compact or prune once tool results
@@ -25,10 +28,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from contextengine._host_compaction import _CompactionPolicy
-from contextengine._host_state import Message, Op, _describe, _hook
+from contextengine._host_state import Message, Op, _describe, _hook, logger
 from contextengine.messages import Repair, sanitize_tool_pairs, validate_messages
 from contextengine.prompt_cache import add_cache_breakpoints
+from contextengine.tokens import REPLY_PRIMING_TOKENS
 from contextengine.usage import normalize_usage
+from contextengine.window import count_schemas, fit_to_window
 
 __all__ = ["_RequestPipeline"]
 
@@ -133,7 +138,7 @@ class _RequestPipeline(_CompactionPolicy):
         tail = view[start:]
         cleaned = self._checked_reported(tail)
         if _same_messages(cleaned, tail):
-            prefix.extend(view, estimate=False)
+            prefix.extend(view)  # its exact size too, kept for the window guarantee
             prefix.clean = len(view)
             return view
         prefix.reset()
@@ -155,15 +160,73 @@ class _RequestPipeline(_CompactionPolicy):
             return history
         return history[:start] + cleaned
 
-    def _op_prepare(self, messages: list[Message], incoming: Message | None) -> Op[list[Message]]:
+    def _op_prepare(
+        self,
+        messages: list[Message],
+        incoming: Message | None,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> Op[list[Message]]:
         if not isinstance(messages, list):
             validate_messages(messages)  # raises InvalidMessagesError naming the problem
         self._adopt(messages)
         history = yield from self._op_preflight(messages)
         request = yield from self._op_select(history, incoming)
+        request = self._fit(request, tools)
         if self.cache_control:
             request = add_cache_breakpoints(request)
         return request
+
+    def _known_tokens(self, request: list[Message]) -> int | None:
+        """The exact size of ``request`` when the host tracks it (the history, the view)."""
+        if request is self._history:
+            return self._rough(request)
+        view = self._view_prefix
+        tracked = bool(request) and view.count == view.clean == len(request)
+        if tracked and request[-1] is view.last and request[0] is view.first:
+            return view.rough + REPLY_PRIMING_TOKENS
+        return None
+
+    def _fit(self, request: list[Message], tools: Sequence[dict[str, Any]] | None) -> list[Message]:
+        """The window guarantee: ``request`` cut to fit the context window, when it must be."""
+        if tools is not self._tools_seen:
+            self._tools_seen = tools
+            self._tools_tokens = count_schemas(tools, self.model or None)
+        fit = fit_to_window(
+            request,
+            budget=self.context_length,
+            tokens=self._known_tokens(request),
+            reserved=self._tools_tokens,
+            model=self.model or None,
+            hint=self._recovery_hint,
+            is_own=self._is_own,
+        )
+        if not fit.cuts:
+            return request
+        largest = max(fit.cuts, key=lambda cut: cut.tokens_before)
+        shortened = sum(1 for cut in fit.cuts if cut.action == "excerpt")
+        omitted = len(fit.cuts) - shortened
+        message = (
+            f"The request did not fit the {self.context_length:,}-token window even after"
+            f" compaction: {shortened} message(s) cut to an excerpt and {omitted} left out"
+            f" (the largest, a {largest.role} message of {largest.tokens_before:,} tokens);"
+            " the history is unchanged."
+        )
+        self._note_once("window_cut", message, cuts=len(fit.cuts))
+        logger.debug("window guarantee cut %d message(s)", len(fit.cuts))
+        return fit.messages
+
+    def _is_own(self, message: Message) -> bool:
+        try:
+            return bool(self.engine.is_own_message(message))
+        except Exception:
+            return False
+
+    def _recovery_hint(self, message: Message) -> str | None:
+        try:
+            hint = self.engine.recovery_hint(message)
+        except Exception:
+            return None
+        return hint if isinstance(hint, str) and hint else None
 
     def _op_after_tool_calls(self, messages: list[Message]) -> Op[list[Message]]:
         self._adopt(messages)

@@ -62,11 +62,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _rough_one(msg: Message) -> int:
+def _rough_one(msg: Message, model: str | None = None) -> int:
     # Exact, not chars/4: the tokens cache makes this one encoding per new
     # message, and chars/4 underestimates code and logs by a third, which let
     # requests pass preflight that were over the window.
-    return message_tokens(msg)
+    return message_tokens(msg, model)
 
 
 class _Prefix:
@@ -77,9 +77,11 @@ class _Prefix:
     validation unchanged and to hold no unanswered tool call.
     """
 
-    __slots__ = ("clean", "count", "first", "last", "mid", "mid_index", "rough")
+    __slots__ = ("clean", "count", "first", "last", "mid", "mid_index", "model", "rough")
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        #: The model whose tokenizer counts (its encoding: o200k_base, cl100k_base).
+        self.model = model
         self.reset()
 
     def reset(self) -> None:
@@ -115,7 +117,7 @@ class _Prefix:
             if estimate:
                 rough = self.rough
                 for msg in messages[self.count :]:
-                    rough += _rough_one(msg)
+                    rough += _rough_one(msg, self.model)
                 self.rough = rough
             self.count = total
             self.first = messages[0]
@@ -154,10 +156,10 @@ class _HostState:
         #: Successful compactions since construction (all phases).
         self.compactions = 0
         self._history: list[Message] = []
-        self._prefix = _Prefix()
+        self._prefix = _Prefix(model or None)
         # The last view select_context returned, validated: an engine that extends
         # its view between requests (lcm) gets only the appended messages checked.
-        self._view_prefix = _Prefix()
+        self._view_prefix = _Prefix(model or None)
         self._turn_passes = 0
         self._turn_notes: set[str] = set()
         # Repairs already reported this session: a broken pair in the history
@@ -165,6 +167,9 @@ class _HostState:
         self._repairs_reported: set[str] = set()
         self._rough_at_response = 0
         self._last_rough = 0
+        # The tool schemas of the last request and their tokens (counted once per list).
+        self._tools_seen: object = None
+        self._tools_tokens = 0
         self._update_model(model, self.context_length)
 
     @property
@@ -223,6 +228,10 @@ class _HostState:
             self._warn(kind, message, **details)
 
     def _update_model(self, model: str, context_length: int, **kwargs: Any) -> None:
+        for prefix in (self._prefix, self._view_prefix):
+            if prefix.model != (model or None):  # counts are per tokenizer: count again
+                prefix.model = model or None
+                prefix.reset()
         try:
             call_with_supported_kwargs(self.engine.update_model, model, context_length, **kwargs)
         except Exception as exc:

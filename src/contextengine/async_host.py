@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from contextengine._host_core import HookCall, Message, Op, _HostCore
@@ -90,10 +91,14 @@ class AsyncContextHost(_HostCore):
         self._update_model(model, self.context_length, **kwargs)
 
     async def prepare_request(
-        self, messages: list[Message], *, incoming: Message | None = None
+        self,
+        messages: list[Message],
+        *,
+        incoming: Message | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send for this request (see ``ContextHost.prepare_request``)."""
-        return await self._run(self._op_prepare(messages, incoming))
+        return await self._run(self._op_prepare(messages, incoming, tools))
 
     async def record_response(self, usage: Any) -> dict[str, int]:
         """After every provider response: ``update_from_response`` with normalised usage."""

@@ -262,6 +262,25 @@ class ContextEngine(ABC):
 
     # ------------------------------------------------------------------ tools
 
+    def is_own_message(self, message: Message) -> bool:
+        """Whether ``message`` is one this engine put into the context, not a participant's.
+
+        A summary or a block of reference material, for example. The host asks
+        it to find the *latest user message*, which the window guarantee never
+        shortens (:mod:`contextengine.window`). Default: False.
+        """
+        return False
+
+    def recovery_hint(self, message: Message) -> str | None:
+        """How the model can get back the full text of ``message`` once it was shortened.
+
+        Called by the host when a request cannot fit the window and it cuts a
+        message to an excerpt (:mod:`contextengine.window`): the answer goes
+        into the excerpt's marker, e.g. ``"lcm_expand msg_3f2a…"``. Default:
+        None (the marker then only says that text was cut).
+        """
+        return None
+
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """Tools this engine offers the model, as OpenAI function schemas. Default: []."""
         return []

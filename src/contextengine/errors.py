@@ -7,6 +7,7 @@ telling configuration mistakes, invalid input and failing dependencies apart::
     ContextEngineError
     ├── ConfigError                 a configuration file, variable or argument is wrong
     ├── InvalidMessagesError        bad input: a message list that is not valid OpenAI format
+    ├── ContextOverflowError        system prompt, tools and latest user message exceed the window
     ├── VocabularyError             a shipped token vocabulary is missing or fails its hash check
     ├── SummarizerError             a summariser (model or HTTP endpoint) failed
     │   ├── SummarizerAuthError     401/402/403, missing key, exhausted quota: do not retry
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ContextEngineError",
+    "ContextOverflowError",
     "EngineLoadError",
     "EngineNotFoundError",
     "FormatError",
@@ -59,6 +61,21 @@ class InvalidMessagesError(ContextEngineError, ValueError):
         self.problem = problem
         where = "messages" if index is None else f"messages[{index}]"
         super().__init__(f"{where}: {problem}")
+
+
+class ContextOverflowError(ContextEngineError, ValueError):
+    """Nothing can be sent: what must be sent whole does not fit the context window.
+
+    Raised by the host before a request, only when the system prompt, the tool
+    schemas and the latest user message alone exceed the window (everything
+    else it can shorten or leave out, see :mod:`contextengine.window`).
+    ``required`` is what those take, ``budget`` the window, both in tokens.
+    """
+
+    def __init__(self, message: str, *, required: int = 0, budget: int = 0) -> None:
+        super().__init__(message)
+        self.required = required
+        self.budget = budget
 
 
 class VocabularyError(ContextEngineError):

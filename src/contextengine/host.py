@@ -47,6 +47,7 @@ How it is built
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from contextengine._host_core import HookCall, Message, Op, _HostCore
@@ -96,15 +97,24 @@ class ContextHost(_HostCore):
         self._update_model(model, self.context_length, **kwargs)
 
     def prepare_request(
-        self, messages: list[Message], *, incoming: Message | None = None
+        self,
+        messages: list[Message],
+        *,
+        incoming: Message | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[Message]:
         """The message list to send for this request; see the module docstring.
 
         Runs preflight compaction, ``select_context`` (fail-open), sanitising and
-        validation, and cache breakpoints. ``messages`` is never mutated; read
-        :attr:`history` afterwards for the history to persist.
+        validation, the window guarantee (:mod:`contextengine.window`: ``tools``,
+        the schemas the request will carry, are counted in) and cache
+        breakpoints. ``messages`` is never mutated; read :attr:`history`
+        afterwards for the history to persist. Raises
+        :class:`~contextengine.errors.ContextOverflowError` when the system
+        prompt, the tool schemas and the latest user message alone exceed the
+        context window.
         """
-        return _drive(self._op_prepare(messages, incoming))
+        return _drive(self._op_prepare(messages, incoming, tools))
 
     def record_response(self, usage: Any) -> dict[str, int]:
         """After every provider response: normalise ``usage`` and call ``update_from_response``."""

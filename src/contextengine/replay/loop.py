@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextengine.engine import ContextEngine
-from contextengine.errors import EngineLoadError
+from contextengine.errors import ContextOverflowError, EngineLoadError
 from contextengine.events import CompactionEvent, Event
 from contextengine.formats import Session, SessionStream
 from contextengine.host import ContextHost
@@ -291,7 +291,10 @@ class Replayer:
         started = time.process_time()
         if self._tools_pending:
             history = host.after_tool_calls(history)
-        request = host.prepare_request(history)
+        try:
+            request = host.prepare_request(history)
+        except ContextOverflowError:
+            return self._refused(index, message, time.process_time() - started)
         history = host.history
         cpu = time.process_time() - started
         fingerprints, tokens = self._shapes.of(request)
@@ -326,6 +329,25 @@ class Replayer:
             cpu_ms=cpu * 1000.0,
             fingerprint=digest,
             overflow=prompt > self.context_length,
+        )
+        self.trace.requests.append(record)
+        return record
+
+    def _refused(self, index: int, message: Message, cpu: float) -> RequestRecord:
+        """A request nothing of which could be sent: recorded, not billed; the replay goes on."""
+        history = self.host.history
+        history.append(message)
+        self.history = history
+        self._tools_pending = self._turn_open = bool(message.get("tool_calls"))
+        self._drain()
+        record = RequestRecord(
+            index=index,
+            prompt_tokens=0,
+            cached_tokens=0,
+            completion_tokens=0,
+            messages_sent=0,
+            cpu_ms=cpu * 1000.0,
+            refused=True,
         )
         self.trace.requests.append(record)
         return record

@@ -44,6 +44,9 @@ class RequestRecord:
     #: The prompt was over the context length: a provider would refuse it (the
     #: baseline's prompt is capped there; an engine's is what it sent).
     overflow: bool = False
+    #: Nothing could be sent: the system prompt and the latest user message alone
+    #: exceed the window (the host raised ContextOverflowError); not billed.
+    refused: bool = False
 
 
 @dataclass
@@ -82,4 +85,5 @@ def trace_stats(trace: Trace, price: Price) -> dict[str, Any]:
         "overhead_ms_median": round(statistics.median(cpu), 3) if cpu else 0.0,
         "overhead_ms_p95": round(_percentile(cpu, 0.95), 3) if cpu else 0.0,
         "overflow_requests": sum(1 for r in trace.requests if r.overflow),
+        "refused_requests": sum(1 for r in trace.requests if r.refused),
     }

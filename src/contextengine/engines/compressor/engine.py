@@ -51,7 +51,11 @@ from contextengine.engines.compressor.boundaries import (
 )
 from contextengine.engines.compressor.prune import prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
-from contextengine.engines.compressor.summary import is_summary_message, place_summary
+from contextengine.engines.compressor.summary import (
+    is_summary_message,
+    place_summary,
+    split_summary,
+)
 from contextengine.errors import SummarizerAuthError
 from contextengine.failure_policy import (
     COOLDOWN_STEPS_S,
@@ -285,7 +289,10 @@ class ContextCompressor(ContextEngine):
         return True, None
 
     def should_compress_preflight(self, messages: list[Message]) -> bool:
-        """True when the rough estimate of ``messages`` is at or over the threshold."""
+        """True when the rough estimate of ``messages`` is at or over the threshold,
+        unless the failure policy blocks automatic compaction (a cooldown)."""
+        if self.failure_policy.block() is not None:
+            return False
         return estimate_tokens_rough(messages) >= self.threshold_tokens
 
     def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
@@ -379,6 +386,10 @@ class ContextCompressor(ContextEngine):
             report.duration_s = time.perf_counter() - started
         return result
 
+    def is_own_message(self, message: Message) -> bool:
+        """A summary message of this engine, standalone (a merged one holds the user's text)."""
+        return is_summary_message(message) and split_summary(message).remainder is None
+
     def prune_tool_results_only(
         self, messages: list[Message], current_tokens: int | None = None
     ) -> tuple[list[Message], int]:
@@ -413,6 +424,12 @@ class ContextCompressor(ContextEngine):
         if reclaimed < MIN_PRUNE_RECLAIM_TOKENS:
             return messages, 0
         return [*messages[:start], *pruned.messages, *messages[end:]], reclaimed
+
+    def get_status(self) -> dict[str, Any]:
+        """The base status plus the failure policy's: the last cause, when compaction resumes."""
+        status = super().get_status()
+        status.update(self.failure_policy.status())
+        return status
 
     # ------------------------------------------------------------------ internals
 

@@ -634,6 +634,15 @@ class LosslessEngine(ContextEngine):
 
     # ------------------------------------------------------------------ tools
 
+    def is_own_message(self, message: Message) -> bool:
+        """A reference block (summaries) or a large-content reference this engine rendered."""
+        return is_reference_message(message) or is_large_content_reference(message)
+
+    def recovery_hint(self, message: Message) -> str | None:
+        """``lcm_expand`` with the archived id of a view message the host had to shorten."""
+        item_id = self._context.id_of(message)
+        return f'lcm_expand {{"id": "{item_id}"}}' if item_id else None
+
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """``lcm_grep``, ``lcm_describe`` and ``lcm_expand`` as OpenAI function schemas."""
         return tool_schemas()

@@ -49,12 +49,21 @@ class ActiveContext:
     else (rebuild it).
     """
 
-    __slots__ = ("_ids", "_items", "_summaries", "_summary_runs", "_tokens", "version")
+    __slots__ = (
+        "_ids",
+        "_items",
+        "_objects",
+        "_summaries",
+        "_summary_runs",
+        "_tokens",
+        "version",
+    )
 
     def __init__(self, items: Iterable[ContextItem] = ()) -> None:
         self.version = 0
         self._items: list[ContextItem] = []
         self._ids: set[str] = set()
+        self._objects: dict[int, str] = {}
         self._tokens = 0
         self._summaries = 0
         self._summary_runs = 0
@@ -70,6 +79,10 @@ class ActiveContext:
 
     def __contains__(self, item_id: object) -> bool:
         return item_id in self._ids
+
+    def id_of(self, message: Message) -> str | None:
+        """The id of the item whose view form is this very message object, if any."""
+        return self._objects.get(id(message))
 
     @property
     def tokens(self) -> int:
@@ -93,6 +106,9 @@ class ActiveContext:
         """Replace every item (a compaction's result, a reload); recomputes the totals once."""
         self._items = list(items)
         self._ids = {item.id for item in self._items}
+        self._objects = {
+            id(item.message): item.id for item in self._items if item.message is not None
+        }
         self._tokens = sum(item.tokens for item in self._items)
         self._summaries = sum(1 for item in self._items if item.kind == "summary")
         self._summary_runs = sum(
@@ -111,6 +127,8 @@ class ActiveContext:
                     self._summary_runs += 1
             self._items.append(item)
             self._ids.add(item.id)
+            if item.message is not None:
+                self._objects[id(item.message)] = item.id
             self._tokens += item.tokens
 
     def estimate_tokens(self, system_tokens: int, model: str | None) -> int:
