@@ -14,6 +14,7 @@ import contextengine._host_state as state_module
 from contextengine.engine import ContextEngine
 from contextengine.events import CompactionEvent, Event, HostEvent
 from contextengine.host import ContextHost
+from contextengine.messages import validate_messages
 from contextengine.overflow import is_context_overflow_error, send_with_overflow_retry
 from contextengine.testing.recording_engine import RecordingEngine
 from contextengine.tokens import count_message_tokens
@@ -609,3 +610,53 @@ def test_a_long_agentic_turn_keeps_compacting_between_responses() -> None:
         host.record_response(USAGE)
     assert len(engine.calls_to("compress")) == 6
     assert not warnings_of(events, "compaction_limit")
+
+
+def test_a_tool_call_whose_result_was_lost_is_reported_by_name_once() -> None:
+    host, events = make_host(RecordingEngine())
+    history = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "list the files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_lost",
+                    "type": "function",
+                    "function": {"name": "ls", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "user", "content": "and?"},
+    ]
+    request = host.prepare_request(history)
+    assert all("tool_calls" not in m for m in request)  # the call left out: no invalid request
+    host.prepare_request([*history, {"role": "assistant", "content": "ok"}])
+    (warning,) = warnings_of(events, "tool_result_missing")
+    assert "call_lost" in (warning.message or "") and "(ls)" in (warning.message or "")
+    assert warning.details["call_id"] == "call_lost"
+
+
+@pytest.mark.parametrize("engine_name", ["compressor", "lcm"])
+def test_a_thinking_only_turn_is_repaired_and_the_conversation_still_compacts(
+    engine_name: str,
+) -> None:
+    from contextengine import load_engine
+
+    options: dict[str, Any] = {"store": ":memory:"} if engine_name == "lcm" else {}
+    engine = load_engine(engine_name, context_length=2_000, **options)
+    history: list[Message] = [{"role": "system", "content": "s"}]
+    for i in range(12):
+        history += [
+            {"role": "user", "content": f"question {i} " + "detail " * 60},
+            {"role": "assistant", "content": None, "reasoning_content": "thinking " * 20},
+            {"role": "assistant", "content": f"answer {i} " + "words " * 40},
+        ]
+    compacted = engine.compress(history, force=True)
+    validate_messages(compacted)
+    report = engine.last_compression
+    assert report is not None and not getattr(report, "aborted", False)
+    assert count_message_tokens(compacted) < count_message_tokens(
+        [{**m, "content": m["content"] or ""} for m in history]
+    )

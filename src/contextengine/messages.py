@@ -33,6 +33,7 @@ __all__ = [
     "from_anthropic",
     "is_tool_call_message",
     "message_text",
+    "repair_message",
     "safe_cut_points",
     "sanitize_tool_pairs",
     "to_anthropic",
@@ -266,6 +267,17 @@ def sanitize_tool_pairs(
         result.extend(_pair_group(message, messages[index + 1 : end], index, repairs))
         index = end
     return result
+
+
+def repair_message(message: Message) -> Message:
+    """One message as :func:`sanitize_tool_pairs` would send it, when it alone is the problem.
+
+    An assistant message with ``tool_calls: []`` loses the key; one with
+    neither content nor calls (a thinking-only turn) gets empty text. Any
+    other message is returned as it is (the same object). For engines that
+    build their output from stored messages one by one (the lossless view).
+    """
+    return _without_empty_calls(message, 0, None)
 
 
 def _result_repair(kind: Any, index: int, message: Message) -> Repair:

@@ -58,6 +58,7 @@ from contextengine.engines.lossless.large_content import (
 from contextengine.engines.lossless.tools import ToolContext, call_tool, tool_schemas
 from contextengine.engines.lossless.view import ActiveContext, IncrementalView
 from contextengine.failure_policy import DEFAULT_MAX_WAIT_S, FailurePolicy
+from contextengine.messages import repair_message
 from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
@@ -267,7 +268,9 @@ class LosslessEngine(ContextEngine):
         return large.id
 
     def _message_item(self, stored: StoredMessage, *, new: bool = False) -> ContextItem:
-        view_message = stored.message
+        # The archive keeps the message verbatim; the view sends what a provider
+        # accepts (a thinking-only turn gets empty text, as the host would send it).
+        view_message = repair_message(stored.message)
         tokens = stored.token_count
         large = self._large_content_id(stored, new=new)
         if large is not None:
