@@ -159,6 +159,7 @@ __all__ = [
     "REDACTED",
     "SECRET_KINDS",
     "redact",
+    "redact_bounded",
     "redact_head",
     "redact_message",
     "redact_messages",
@@ -738,6 +739,25 @@ def redact_tail(text: str, chars: int) -> str:
         if window >= len(text) or len(redacted) >= chars + CUT_MARGIN_CHARS // 2:
             return redacted[-chars:]
         window *= 2
+
+
+def redact_bounded(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters (head and tail kept) and redacted.
+
+    The excerpt a summariser may receive of a long text: like
+    :func:`contextengine.summary_prompt.bound_text`, but each end is redacted
+    as part of the whole text (:func:`redact_head`, :func:`redact_tail`), so a
+    secret the cut goes through is not sent in part. A text within ``limit``
+    is redacted whole.
+    """
+    if limit <= 0 or len(text) <= limit:
+        return redact(text)
+    head = limit * 2 // 3
+    tail = limit - head
+    omitted = len(text) - head - tail
+    return (
+        f"{redact_head(text, head)}\n[… {omitted} characters omitted …]\n{redact_tail(text, tail)}"
+    )
 
 
 # ---------------------------------------------------------------- messages

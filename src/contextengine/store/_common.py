@@ -13,6 +13,7 @@ copy, so an archive copied between stores keeps its identities and ids.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, Self
 
 from contextengine.errors import InvalidMessagesError, StoreConflictError, StoreError
 from contextengine.messages import message_text
+from contextengine.redact import redact, redact_message
 from contextengine.store import search as _search
 from contextengine.store.ids import large_content_id_for
 from contextengine.store.protocol import (
@@ -345,6 +347,28 @@ class StoreBase(abc.ABC):
     #: The dialect's parameter mark: ``?`` (sqlite3) or ``%s`` (psycopg).
     MARK: ClassVar[str] = "?"
     _clock: Callable[[], float]
+    #: Opt-in: secrets are redacted before anything is stored (the constructors'
+    #: ``redact_at_rest``). What is redacted at rest cannot be recovered.
+    redact_at_rest: bool = False
+
+    def _at_rest(self, messages: Sequence[Any]) -> Sequence[Any]:
+        """The messages as this store keeps them: redacted when ``redact_at_rest``.
+
+        Redaction is deterministic and idempotent, so identities (derived from
+        the stored content) stay stable when the same message comes again.
+        """
+        if not self.redact_at_rest:
+            return messages
+        return [redact_message(m) if isinstance(m, dict) else m for m in messages]
+
+    def _records_at_rest(self, records: Iterable[StoredMessage]) -> Iterable[StoredMessage]:
+        """Copied records as this store keeps them (ids and identity keys unchanged)."""
+        if not self.redact_at_rest:
+            return records
+        return (dataclasses.replace(r, message=redact_message(r.message)) for r in records)
+
+    def _content_at_rest(self, content: str) -> str:
+        return redact(content) if self.redact_at_rest else content
 
     @abc.abstractmethod
     def _read(self, query: str, params: Sequence[Any] = ()) -> list[Any]:

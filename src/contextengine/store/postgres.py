@@ -188,7 +188,9 @@ class PostgresStore(_common.StoreBase):
     ``contextengine``. The pool keeps ``min_size`` to ``max_size`` connections
     per process; each call borrows one for one transaction, so ``max_size`` is
     how many calls of this process run at once. ``regex_timeout_ms`` bounds one
-    regex search (``statement_timeout``). ``clock`` and ``token_counter`` as in
+    regex search (``statement_timeout``). ``clock``, ``token_counter`` and
+    ``redact_at_rest`` (secrets redacted before anything is stored, for an
+    archive many hosts share: what is redacted cannot be recovered) as in
     :class:`~contextengine.store.SQLiteStore`.
     """
 
@@ -205,8 +207,10 @@ class PostgresStore(_common.StoreBase):
         regex_timeout_ms: int = 5_000,
         clock: Callable[[], float] = time.time,
         token_counter: Callable[[Mapping[str, Any]], int] | None = None,
+        redact_at_rest: bool = False,
     ) -> None:
         conninfo, url_schema = _parse_url(url)
+        self.redact_at_rest = redact_at_rest
         self.schema = schema or url_schema or DEFAULT_SCHEMA
         if not _SCHEMA_NAME.match(self.schema):
             raise StoreError(
@@ -321,6 +325,7 @@ class PostgresStore(_common.StoreBase):
         ``to_context`` appends the new messages to the active context in the
         same transaction.
         """
+        messages = self._at_rest(messages)
         encoded, hashes = _common.encode_batch(messages, token_counts)
         # Token counting can be slow (exact tokenizer): do it before taking the row lock.
         counts = [
@@ -405,6 +410,7 @@ class PostgresStore(_common.StoreBase):
                 count = self.message_count(conversation_id)
                 hashes = [_common.canonical_hash(m) for m in messages[: min(len(messages), count)]]
                 start = _pg_bulk.identity_start(conn, conversation_id, hashes, count)
+        messages = self._at_rest(messages)
         chunks = _bulk.prepare_messages(
             conversation_id,
             messages,
@@ -423,7 +429,7 @@ class PostgresStore(_common.StoreBase):
         are skipped; the others must continue the history (the first new one at
         ``seq == message_count``, then one after another), else :class:`StoreError`.
         """
-        chunks = _bulk.prepare_records(records, index=_pg_bulk.index_data)
+        chunks = _bulk.prepare_records(self._records_at_rest(records), index=_pg_bulk.index_data)
         return _pg_bulk.write_chunks(self, conversation_id, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
@@ -636,6 +642,7 @@ class PostgresStore(_common.StoreBase):
         One large content per message (its id derives from the message's):
         storing it again returns the stored one.
         """
+        content = self._content_at_rest(content)
         content_id = large_content_id_for(conversation_id, message_id)
         text, escaped = _to_pg_text(content)
         with self._tx() as conn:

@@ -151,6 +151,8 @@ class SQLiteStore(_common.StoreBase):
     no ``token_counts`` (default: :func:`contextengine.tokens.message_tokens`).
     ``synchronous`` is ``"normal"`` (durable against a power cut at every
     :meth:`sync`) or ``"full"`` (at every commit); see the module docstring.
+    ``redact_at_rest`` redacts secrets (:func:`contextengine.redact.redact_message`)
+    before anything is stored: opt-in, since what is redacted cannot be recovered.
     One connection serves all threads, behind a lock.
     """
 
@@ -162,11 +164,13 @@ class SQLiteStore(_common.StoreBase):
         token_counter: Callable[[Mapping[str, Any]], int] | None = None,
         busy_timeout_ms: int = 10_000,
         synchronous: Literal["normal", "full"] = "normal",
+        redact_at_rest: bool = False,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise StoreError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = str(path)
         self.synchronous = synchronous
+        self.redact_at_rest = redact_at_rest
         self._synced_dir = False
         # The text the next message of a conversation is indexed beside, with
         # the conversation's message count it is valid for.
@@ -305,6 +309,7 @@ class SQLiteStore(_common.StoreBase):
         identity rule is in the module docstring; ``to_context`` appends the
         new messages to the active context in the same transaction.
         """
+        messages = self._at_rest(messages)
         encoded, hashes = _common.encode_batch(messages, token_counts)
         self._search_token(conversation_id)  # an unknown conversation is an error
         if not messages:
@@ -466,6 +471,7 @@ class SQLiteStore(_common.StoreBase):
             hashes = [_common.canonical_hash(m) for m in messages[:head]]
             with self._snapshot() as db:
                 start = _sqlite_bulk.align(db, conversation_id, hashes)
+        messages = self._at_rest(messages)
         chunks = _bulk.prepare_messages(
             conversation_id, messages, start=start, token_counts=token_counts, count=self._count
         )
@@ -483,7 +489,7 @@ class SQLiteStore(_common.StoreBase):
         :class:`StoreError`.
         """
         token = self._search_token(conversation_id)
-        chunks = _bulk.prepare_records(records)
+        chunks = _bulk.prepare_records(self._records_at_rest(records))
         return _sqlite_bulk.write_chunks(self, conversation_id, token, chunks, to_context=False)
 
     # ------------------------------------------------------------------ summaries and context
@@ -639,6 +645,7 @@ class SQLiteStore(_common.StoreBase):
         process) returns the row already stored.
         """
         self._search_token(conversation_id)
+        content = self._content_at_rest(content)
         content_id = large_content_id_for(conversation_id, message_id)
         with self._write() as db:
             db.execute(

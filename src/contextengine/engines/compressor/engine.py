@@ -65,6 +65,7 @@ from contextengine.failure_policy import (
     cause_of,
 )
 from contextengine.messages import sanitize_tool_pairs, validate_messages
+from contextengine.redact import redact
 from contextengine.summarizers import Summarizer, SummaryRequest
 from contextengine.summary_prompt import render_summary_prompt
 from contextengine.tokens import (
@@ -571,7 +572,10 @@ class ContextCompressor(ContextEngine):
         sent = outbound_region(middle, budget_chars=self.summary_input_chars)
         anchors = region_anchors(middle)
         memory = sanitize_memory_context(memory_context)
-        previous = regions.previous_summary
+        # Everything that leaves for the summariser is redacted: an earlier
+        # summary may come from another tool or version, a focus from the user.
+        previous = redact(regions.previous_summary) if regions.previous_summary else ""
+        focus_topic = redact(focus_topic) if focus_topic else focus_topic
         return SummaryRequest(
             messages=sent,
             anchors=anchors,

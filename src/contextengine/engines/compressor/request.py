@@ -20,9 +20,11 @@ proportional to what is sent and never to the whole history:
    ``reasoning`` content parts and ``<think>…</think>`` spans are removed: they
    are the model's private scratch work, often huge, and must not be
    summarised back into the context as if they were facts.
-3. **Redact** secrets (:func:`contextengine.redact.redact`) in every string
-   that is sent — only after bounding, so a 400k-character log costs a few
-   thousand characters of regex work.
+3. **Redact** secrets in every string that is sent — each excerpt with a
+   margin of the text around its cut (:func:`contextengine.redact.redact_bounded`,
+   ``redact_head``, ``redact_tail``), so a secret the cut goes through is not
+   sent in part, and a 400k-character log still costs a few thousand
+   characters of regex work.
 
 The engine calls :func:`outbound_region`; the result goes into
 ``SummaryRequest.messages`` and into the rendered prompt.
@@ -41,8 +43,8 @@ import re
 from typing import Any
 
 from contextengine.anchors import message_anchors
-from contextengine.redact import redact
-from contextengine.summary_prompt import bound_text, content_text
+from contextengine.redact import redact_bounded, redact_head, redact_tail
+from contextengine.summary_prompt import content_text
 
 __all__ = [
     "ARGS_LIMIT_CHARS",
@@ -96,21 +98,22 @@ def _text_of(msg: Message) -> str:
 
 
 def _bound(msg: Message, full: bool) -> str:
-    text = _text_of(msg)
+    """The message's text as it is sent: without thinking, bounded, redacted."""
+    text = strip_thinking(_text_of(msg))
     if not full:
-        return bound_text(text, OVERFLOW_LIMIT_CHARS)
+        return redact_bounded(text, OVERFLOW_LIMIT_CHARS)
     if msg.get("role") == "tool" and len(text) > TOOL_HEAD_CHARS + TOOL_TAIL_CHARS:
         omitted = len(text) - TOOL_HEAD_CHARS - TOOL_TAIL_CHARS
         return (
-            f"{text[:TOOL_HEAD_CHARS]}\n[… {omitted} characters omitted …]\n"
-            f"{text[-TOOL_TAIL_CHARS:]}"
+            f"{redact_head(text, TOOL_HEAD_CHARS)}\n[… {omitted} characters omitted …]\n"
+            f"{redact_tail(text, TOOL_TAIL_CHARS)}"
         )
-    return bound_text(text, TEXT_LIMIT_CHARS)
+    return redact_bounded(text, TEXT_LIMIT_CHARS)
 
 
 def _clean(msg: Message, full: bool) -> tuple[Message, int]:
     """A new message holding only what is sent, and its size in characters."""
-    text = redact(strip_thinking(_bound(msg, full)))
+    text = _bound(msg, full)
     out: Message = {"role": msg.get("role", "user"), "content": text}
     size = len(text)
     calls = msg.get("tool_calls")
@@ -122,7 +125,7 @@ def _clean(msg: Message, full: bool) -> tuple[Message, int]:
             if isinstance(function, dict):
                 args = function.get("arguments")
                 args_text = args if isinstance(args, str) else ("" if args is None else str(args))
-                args_text = redact(bound_text(args_text, limit))
+                args_text = redact_bounded(args_text, limit)
                 size += len(args_text)
                 call = {**call, "function": {**function, "arguments": args_text}}
             new_calls.append(call)

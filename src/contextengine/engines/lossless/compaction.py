@@ -56,7 +56,7 @@ from contextengine.engines.lossless.assemble import (
 )
 from contextengine.errors import StoreConflictError, SummarizerAuthError
 from contextengine.failure_policy import FailureCause, FailurePolicy, cause_of
-from contextengine.redact import redact_messages
+from contextengine.redact import redact_bounded, redact_messages
 from contextengine.store.protocol import (
     ContextRef,
     ContextSplice,
@@ -66,7 +66,6 @@ from contextengine.store.protocol import (
 )
 from contextengine.summarizers import Summarizer, SummaryRequest
 from contextengine.summary_prompt import (
-    bound_text,
     content_text,
     render_summary_prompt,
     render_transcript,
@@ -181,7 +180,8 @@ def _for_summariser(messages: Sequence[Message]) -> list[Message]:
             ]
         text = content_text(new.get("content"))
         if len(text) > _SUMMARISER_MESSAGE_CHARS:
-            new["content"] = bound_text(text, _SUMMARISER_MESSAGE_CHARS)
+            # Cut and redacted together: a secret the cut goes through is not sent in part.
+            new["content"] = redact_bounded(text, _SUMMARISER_MESSAGE_CHARS)
         cleaned.append(new)
     return redact_messages(cleaned)
 

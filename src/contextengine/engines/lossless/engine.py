@@ -59,6 +59,7 @@ from contextengine.engines.lossless.tools import ToolContext, call_tool, tool_sc
 from contextengine.engines.lossless.view import ActiveContext, IncrementalView
 from contextengine.failure_policy import DEFAULT_MAX_WAIT_S, FailurePolicy
 from contextengine.messages import repair_message
+from contextengine.redact import redact, redact_message
 from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
@@ -74,6 +75,10 @@ Message = dict[str, Any]
 def _fingerprint(message: Message) -> str:
     canonical = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
+
+def _same(message: Message) -> Message:
+    return message
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -99,7 +104,10 @@ class LosslessEngine(ContextEngine):
     writes; ``summary_tokens`` fixes the budget of one summary;
     ``max_summary_wait_s`` caps how long one compaction waits on the
     summariser (the shared :class:`~contextengine.failure_policy.FailurePolicy`,
-    also timed by ``clock``, owns the cooldowns and the anti-thrash block).
+    also timed by ``clock``, owns the cooldowns and the anti-thrash block);
+    ``redact_at_rest`` opens the store with secrets redacted before they are
+    stored (a store passed as an object keeps its own setting): the view then
+    shows ``[REDACTED]`` for them too, and they cannot be recovered.
     """
 
     def __init__(
@@ -120,11 +128,20 @@ class LosslessEngine(ContextEngine):
         max_passes: int = 64,
         summary_tokens: int | None = None,
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
+        redact_at_rest: bool = False,
     ) -> None:
         self.threshold_percent = threshold_percent
         self.model_thresholds = {}
         self._owns_store = not isinstance(store, Store) or isinstance(store, str | os.PathLike)
-        self._store: Store = open_store(store if store is not None else default_store_path())
+        options = {"redact_at_rest": True} if redact_at_rest else {}
+        self._store: Store = open_store(
+            store if store is not None else default_store_path(), **options
+        )
+        # A store that redacts at rest holds redacted copies: the host's messages
+        # are matched against what it stores in that form.
+        self._at_rest: Callable[[Message], Message] = (
+            redact_message if getattr(self._store, "redact_at_rest", False) else _same
+        )
         self._summarizer: Summarizer = summarizer or DeterministicSummarizer()
         self._fresh_tail_tokens = fresh_tail_tokens
         self._leaf_chunk_tokens = leaf_chunk_tokens
@@ -314,7 +331,7 @@ class LosslessEngine(ContextEngine):
         floor = 0
         unseen: list[Message] = []
         for message in messages:
-            seqs = index.get(_fingerprint(message), [])
+            seqs = index.get(_fingerprint(self._at_rest(message)), [])
             match = next((seq for seq in seqs if seq >= floor), None)
             if match is None:
                 unseen.append(message)
@@ -546,7 +563,8 @@ class LosslessEngine(ContextEngine):
             deadline_s=self.compaction_deadline_s,
             clock=self._clock,
             model=self.model or None,
-            focus_topic=focus_topic,
+            # What leaves for the summariser is redacted, a focus the user typed too.
+            focus_topic=redact(focus_topic) if focus_topic else None,
             memory_context=sanitize_memory_context(memory_context) if memory_context else "",
             policy=self.failure_policy,
             force=force,
