@@ -195,7 +195,11 @@ def test_cli_migrate_reports_what_it_copied(tmp_path: Path, target: PostgresStor
     runner = CliRunner()
     first = runner.invoke(migrate, ["--from", f"sqlite:///{path}", "--to", url, "--json"])
     assert first.exit_code == 0, first.output
-    assert json.loads(first.output)["messages"] == 7
-    second = runner.invoke(migrate, ["--from", str(path), "--to", url, "--quiet"])
+    assert json.loads(first.stdout)["messages"] == 7  # progress lines go to stderr
+    totals = tmp_path / "totals.json"
+    second = runner.invoke(
+        migrate, ["--from", str(path), "--to", url, "--quiet", "--output", str(totals)]
+    )
     assert second.exit_code == 0, second.output
     assert second.output.startswith("copied 0 conversations, 0 messages, 0 summaries")
+    assert json.loads(totals.read_text())["messages"] == 0  # --output writes what --json prints

@@ -36,7 +36,7 @@ AGENT = FIXTURES / "agent_session.json"
 def _recall(*args: str) -> dict[str, Any]:
     from contextengine.cli.replay import eval_group
 
-    result = CliRunner().invoke(eval_group, ["recall", *args, "--json", "-"])
+    result = CliRunner().invoke(eval_group, ["recall", *args, "--json"])
     assert result.exit_code == 0, result.output
     document: dict[str, Any] = json.loads(result.stdout)
     return {r["engine"]: r for r in document["results"]}
@@ -106,7 +106,7 @@ def test_json_file_and_table(tmp_path: Path) -> None:
     out = tmp_path / "recall.json"
     result = CliRunner().invoke(
         eval_group,
-        ["recall", "--qa", QA, "--engine", "lcm", "--context-length", "1024", "--json", str(out)],
+        ["recall", "--qa", QA, "--engine", "lcm", "--context-length", "1024", "--output", str(out)],
     )
     assert result.exit_code == 0, result.output
     assert "single-hop" in result.output and "recall@5" in result.output

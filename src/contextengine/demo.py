@@ -113,14 +113,17 @@ def run_demo(
 
     ``on_request`` is called after each request, so a terminal view can print
     as the demo goes. The lossless engine gets an in-memory archive unless
-    ``engine_options`` names a store.
+    ``engine_options`` names a store. ``engine`` is loaded strictly: a name
+    that does not load raises rather than demonstrating the compressor.
     """
     options = dict(engine_options or {})
     if engine == "lcm":
         options.setdefault("store", ":memory:")
     started = time.perf_counter()
     events: list[Event] = []
-    context_engine = load_engine(engine, context_length=context_length, model=model, **options)
+    context_engine = load_engine(
+        engine, strict=True, context_length=context_length, model=model, **options
+    )
     host = ContextHost(
         context_engine, model=model, context_length=context_length, observers=[events.append]
     )

@@ -13,6 +13,9 @@ Decisions live here, not in the plugins:
 
 * an unknown name is :class:`~contextengine.EngineNotFoundError`, listing what
   is available;
+* :meth:`Registry.problem` says why a name could not be loaded (unknown,
+  fails to import, not an engine) without building it: ``contextengine
+  config`` and ``engines`` report a configured engine that cannot load;
 * an unknown constructor option is :class:`~contextengine.EngineLoadError`
   naming the option and the accepted ones (a typo must never go unnoticed);
 * a plugin that fails to import or construct, or that yields something other
@@ -49,6 +52,7 @@ __all__ = [
     "Registry",
     "available_engines",
     "default_registry",
+    "engine_problem",
     "load_engine",
 ]
 
@@ -231,6 +235,33 @@ class Registry:
             rows.append(EngineInfo(name, description, candidate.origin))
         return rows
 
+    def _candidate(self, name: str) -> tuple[_Candidate | None, dict[str, _Candidate]]:
+        """The candidate for ``name`` (a registered name or a ``module:attribute``), and all."""
+        candidates = self._candidates()
+        candidate = candidates.get(name)
+        if candidate is None and ":" in name:
+            # "package.module:Factory": an engine under development, not yet registered.
+            ep = metadata.EntryPoint(name=name, value=name, group=ENTRY_POINT_GROUP)
+            candidate = _Candidate(name, name, "direct reference", ep)
+            candidates = {**candidates, name: candidate}
+        return candidate, candidates
+
+    def problem(self, name: str) -> str | None:
+        """Why ``name`` cannot be loaded, in one line, or None when it imports as an engine.
+
+        Imports the plugin (as :meth:`available` does) but constructs nothing:
+        an unknown name, a failing import and something that is not a
+        ContextEngine are found; a constructor that fails is not.
+        """
+        candidate, candidates = self._candidate(name)
+        if candidate is None:
+            return str(EngineNotFoundError(name, sorted(candidates)))
+        try:
+            self._import(candidate)
+        except EngineLoadError as exc:
+            return str(exc)
+        return None
+
     @staticmethod
     def _plugin_label(candidate: _Candidate) -> str:
         return f"{candidate.name} ({candidate.origin}: {candidate.value})"
@@ -296,13 +327,7 @@ class Registry:
             config = resolve_config()
             name = config.engine or DEFAULT_ENGINE
             options = {**config.engine_options, **options}
-        candidates = self._candidates()
-        candidate = candidates.get(name)
-        if candidate is None and ":" in name:
-            # "package.module:Factory": an engine under development, not yet registered.
-            ep = metadata.EntryPoint(name=name, value=name, group=ENTRY_POINT_GROUP)
-            candidate = _Candidate(name, name, "direct reference", ep)
-            candidates = {**candidates, name: candidate}
+        candidate, candidates = self._candidate(name)
         if candidate is None:
             raise EngineNotFoundError(name, sorted(candidates))
         try:
@@ -365,3 +390,8 @@ def load_engine(
 def available_engines() -> list[EngineInfo]:
     """(name, description, origin package) of every registered engine, sorted by name."""
     return default_registry.available()
+
+
+def engine_problem(name: str) -> str | None:
+    """Why ``name`` cannot be loaded from the default registry; see :meth:`Registry.problem`."""
+    return default_registry.problem(name)

@@ -1,11 +1,20 @@
 """``contextengine archive``: humans read and maintain the lossless engine's archive.
 
 Commands: ``list``, ``grep``, ``describe``, ``expand``, ``stats``, ``prune``,
-``vacuum``. The archive is chosen by ``--store PATH|URL`` (or the
+``vacuum``, ``migrate``. The archive is chosen by ``--store PATH|URL`` (or the
 ``CONTEXTENGINE_STORE_URL`` environment variable; default: the file under the
-user data directory). Output is plain text, or JSON with ``--json``. Store
-errors propagate as :class:`~contextengine.errors.StoreError`, which
-``contextengine.cli.main`` maps to a one-line message and exit code.
+user data directory). Output is plain text, or JSON with ``--json`` (and
+``--output FILE``; see :mod:`contextengine.cli._output`).
+
+The read commands (``list``, ``grep``, ``describe``, ``expand``, ``stats``)
+open the archive read-only: a missing archive is an error, not a new empty
+one, nothing is created beside it and no migration runs, so they work on an
+archive in a read-only folder or filesystem
+(:mod:`contextengine.store.sqlite_readonly`). ``prune`` and ``vacuum`` open
+it for writing. Store errors (a missing archive, a file that is not one, a
+schema this version does not read) propagate as
+:class:`~contextengine.errors.StoreError`, which ``contextengine.cli.main``
+maps to a one-line message and exit code 74.
 """
 
 from __future__ import annotations
@@ -14,10 +23,12 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
 
+from contextengine.cli._output import emit_json, json_options
 from contextengine.cli.archive_migrate import migrate
 from contextengine.store import Store, default_store_path, open_store
 from contextengine.store.retention import parse_duration, parse_size, plan_prune
@@ -26,19 +37,16 @@ __all__ = ["archive"]
 
 
 @contextmanager
-def _opened(ctx: click.Context) -> Iterator[Store]:
+def _opened(ctx: click.Context, *, write: bool = False) -> Iterator[Store]:
+    """The group's archive: read-only unless ``write`` (then it may be created)."""
     spec = ctx.obj["store"] if ctx.obj else None
     # Library errors (StoreError...) propagate: contextengine.cli.main turns them
     # into one-line messages and exit codes for every command group alike.
-    store = open_store(spec or default_store_path())
+    store = open_store(spec or default_store_path(), read_only=not write)
     try:
         yield store
     finally:
         store.close()
-
-
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
 def _when(ts: float) -> str:
@@ -74,14 +82,13 @@ def archive(ctx: click.Context, store_spec: str | None) -> None:
 
 
 @archive.command(name="list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_options
 @click.pass_context
-def list_cmd(ctx: click.Context, as_json: bool) -> None:
+def list_cmd(ctx: click.Context, as_json: bool, output: Path | None) -> None:
     """List conversations, most recently updated last."""
     with _opened(ctx) as store:
         infos = store.list_conversations()
-    if as_json:
-        _echo_json([vars(i) for i in infos])
+    if emit_json([vars(i) for i in infos], as_json=as_json, output=output):
         return
     for i in infos:
         click.echo(
@@ -96,7 +103,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.option("--regex", is_flag=True, help="QUERY is a regular expression.")
 @click.option("--scope", type=click.Choice(["all", "messages", "summaries"]), default="all")
 @click.option("--limit", "-n", type=int, default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_options
 @click.pass_context
 def grep(
     ctx: click.Context,
@@ -106,6 +113,7 @@ def grep(
     scope: str,
     limit: int,
     as_json: bool,
+    output: Path | None,
 ) -> None:
     """Search messages and summaries (ranked text, or --regex)."""
     found: list[dict[str, Any]] = []
@@ -122,8 +130,7 @@ def grep(
             if len(found) >= limit:
                 break
     found = found[:limit]
-    if as_json:
-        _echo_json(found)
+    if emit_json(found, as_json=as_json, output=output):
         return
     for hit in found:
         where = f"seq {hit['seq']}" if hit["seq"] is not None else "summary"
@@ -154,15 +161,19 @@ def _find(store: Store, item_id: str, conversation: str | None) -> tuple[str, st
 @archive.command()
 @click.argument("item_id", metavar="ID")
 @click.option("--conversation", "-c", default=None, help="Conversation id or session key.")
+@json_options
 @click.pass_context
-def describe(ctx: click.Context, item_id: str, conversation: str | None) -> None:
-    """Metadata of a message, summary or large content (JSON)."""
+def describe(
+    ctx: click.Context, item_id: str, conversation: str | None, as_json: bool, output: Path | None
+) -> None:
+    """Metadata of a message, summary or large content (JSON, with or without --json)."""
     with _opened(ctx) as store:
         cid, kind, record = _find(store, item_id, conversation)
         data = {k: v for k, v in vars(record).items() if k not in ("message", "content")}
         data["kind_of_item"] = kind
         data["parent_summary"] = store.parent_summary(cid, item_id)
-    _echo_json(data)
+    # Its text is JSON too: --json is accepted so every command takes the same flags.
+    emit_json(data, as_json=True, output=output)
 
 
 @archive.command()
@@ -174,7 +185,7 @@ def expand(ctx: click.Context, item_id: str, conversation: str | None) -> None:
     with _opened(ctx) as store:
         cid, kind, record = _find(store, item_id, conversation)
         if kind == "message":
-            _echo_json(record.message)
+            click.echo(json.dumps(record.message, indent=2, ensure_ascii=False, default=str))
         elif kind == "large_content":
             click.echo(record.content)
         else:
@@ -191,11 +202,13 @@ def expand(ctx: click.Context, item_id: str, conversation: str | None) -> None:
 
 
 @archive.command()
+@json_options
 @click.pass_context
-def stats(ctx: click.Context) -> None:
-    """Row counts, schema version and size on disk (JSON)."""
+def stats(ctx: click.Context, as_json: bool, output: Path | None) -> None:
+    """Row counts, schema version and size on disk (JSON, with or without --json)."""
     with _opened(ctx) as store:
-        _echo_json(store.stats())
+        figures = store.stats()
+    emit_json(figures, as_json=True, output=output)
 
 
 @archive.command()
@@ -212,7 +225,7 @@ def prune(ctx: click.Context, older_than: str | None, max_size: str | None, dry_
         cap = parse_size(max_size) if max_size is not None else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    with _opened(ctx) as store:
+    with _opened(ctx, write=not dry_run) as store:
         doomed = plan_prune(
             store.list_conversations(), now=time.time(), older_than_s=age, max_bytes=cap
         )
@@ -232,7 +245,7 @@ def prune(ctx: click.Context, older_than: str | None, max_size: str | None, dry_
 @click.pass_context
 def vacuum(ctx: click.Context) -> None:
     """Compact the archive file and its search index."""
-    with _opened(ctx) as store:
+    with _opened(ctx, write=True) as store:
         store.vacuum()
         after = store.stats()
     click.echo(f"vacuumed; file is {after.get('file_bytes', '?')} bytes")

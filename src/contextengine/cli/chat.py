@@ -14,19 +14,33 @@ commands::
 
 ``--script FILE`` runs one turn (or slash command) per non-empty line and
 exits: the command's tests drive it that way against the scripted server.
+
+``--resume ID`` continues a saved session with the model, engine and context
+length it was saved with; an option given on the command line wins, and the
+configuration (``CONTEXTENGINE_MODEL``...) only fills what the session did
+not record. A session in which nothing was said is not saved, and neither
+``chat`` nor ``sessions`` creates the session file before there is a session
+to save.
+
+The engine is loaded strictly: a name or ``module:attribute`` that does not
+load is an error (exit 78) rather than a warning and the compressor.
 """
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
 
 from contextengine.chat.agent import ChatAgent, ChatClient
-from contextengine.chat.session_store import SessionStore, data_dir
-from contextengine.config import resolve_config
+from contextengine.chat.session_store import SessionInfo, SessionStore, data_dir
+from contextengine.cli._output import emit_json, json_options
+from contextengine.config import ResolvedConfig, resolve_config
+from contextengine.engine import ContextEngine
+from contextengine.errors import ConfigError, EngineLoadError, EngineNotFoundError
 from contextengine.events import Event
 from contextengine.host import ContextHost
 from contextengine.registry import load_engine
@@ -59,21 +73,46 @@ def _status_line(host: ContextHost) -> str:
     )
 
 
+def _said_anything(history: list[dict[str, Any]]) -> bool:
+    return any(message.get("role") != "system" for message in history)
+
+
 class _Session:
     """The state of one chat: agent, host, store, and the slash commands."""
 
-    def __init__(self, agent: ChatAgent, store: SessionStore, session_id: str, system: str) -> None:
+    def __init__(
+        self,
+        agent: ChatAgent,
+        store: SessionStore,
+        session_id: str,
+        system: str,
+        *,
+        engine_spec: str,
+        saved: bool = False,
+    ) -> None:
         self.agent = agent
         self.host = agent.host
         self.store = store
         self.session_id = session_id
         self.system = system
+        #: The name (or module:attribute) the engine was loaded by: what a resume loads.
+        self.engine_spec = engine_spec
+        #: Whether this session is in the store (resumed, or saved since).
+        self.saved = saved
         self.failed_turns = 0
 
     def save(self) -> None:
+        """Save the history, unless nothing was said yet in a session never saved."""
+        if not self.saved and not _said_anything(self.agent.history):
+            return
         self.store.save(
-            self.session_id, self.agent.history, model=self.host.model, engine=self.host.engine_name
+            self.session_id,
+            self.agent.history,
+            model=self.host.model,
+            engine=self.engine_spec,
+            context_length=self.host.context_length,
         )
+        self.saved = True
 
     def command(self, line: str) -> bool:
         """Run a slash command; False means quit."""
@@ -98,6 +137,7 @@ class _Session:
             new_id = uuid.uuid4().hex[:12]
             self.host.reset_session(new_id, self.agent.history)
             self.session_id = new_id
+            self.saved = False
             self.agent.history = [{"role": "system", "content": self.system}]
             click.echo(f"new session {new_id}")
         else:
@@ -153,7 +193,12 @@ class _Session:
 @click.option(
     "--system", default=DEFAULT_SYSTEM, show_default=True, help="System prompt of a new session."
 )
-@click.option("--resume", "resume_id", default=None, help="Continue a saved session by id.")
+@click.option(
+    "--resume",
+    "resume_id",
+    default=None,
+    help="Continue a saved session by id, with its model, engine and context length.",
+)
 @click.option(
     "--script",
     "script",
@@ -182,73 +227,125 @@ def chat(
     Type a message, or a slash command: /compress [focus], /status, /engine,
     /reset, /quit.
     """
-    config = resolve_config(model=model, context_length=context_length)
-    if not config.model:
-        raise click.UsageError("no model: pass --model or set CONTEXTENGINE_MODEL")
-    engine = load_engine(engine_name, observers=[_notice])
-    host = ContextHost(
-        engine,
-        model=config.model,
-        context_length=config.context_length,
-        observers=[_notice],
-        cache_control=cache_control,
-    )
-    with (
-        SessionStore(data_dir() / "sessions.db") as store,
-        ChatClient(
-            base_url=base_url or DEFAULT_BASE_URL, model=config.model, api_key=api_key
-        ) as client,
-    ):
-        if resume_id:
-            history = store.load(resume_id)
-            session_id = resume_id
-        else:
-            history = [{"role": "system", "content": system}]
-            session_id = uuid.uuid4().hex[:12]
-        agent = ChatAgent(
-            host,
-            client,
-            history=history,
-            on_text=lambda piece: click.echo(piece, nl=False),
-            on_tool=lambda line: click.echo(f"[tool] {line}"),
+    with SessionStore(data_dir() / "sessions.db") as store:
+        saved = store.info(resume_id) if resume_id else None
+        history = store.load(resume_id) if resume_id else None
+        # A resumed session keeps what it ran with; the command line still wins.
+        if saved is not None:
+            model = model or saved.model or None
+            engine_name = engine_name or saved.engine or None
+            context_length = context_length or saved.context_length or None
+        config = resolve_config(model=model, context_length=context_length)
+        if not config.model:
+            raise click.UsageError("no model: pass --model or set CONTEXTENGINE_MODEL")
+        engine, engine_spec = _load_engine(engine_name, config, saved)
+        host = ContextHost(
+            engine,
+            model=config.model,
+            context_length=config.context_length,
+            observers=[_notice],
+            cache_control=cache_control,
         )
-        session = _Session(agent, store, session_id, system)
-        host.start_session(session_id, resumed=bool(resume_id))
-        click.echo(f"session {session_id} · model {config.model} · engine {host.engine_name}")
-        try:
-            if script is not None:
-                for line in script.read_text(encoding="utf-8").splitlines():
-                    if line.strip():
-                        click.echo(f"> {line.strip()}")
-                    if not session.handle(line):
-                        break
-            else:
-                while True:
-                    try:
-                        line = click.prompt(
-                            "you", prompt_suffix="> ", default="", show_default=False
-                        )
-                    except (EOFError, click.Abort):
-                        break
-                    if not session.handle(line):
-                        break
-        finally:
-            session.save()
-            host.end_session(agent.history)
+        with ChatClient(
+            base_url=base_url or DEFAULT_BASE_URL, model=config.model, api_key=api_key
+        ) as client:
+            session = _run(
+                host,
+                client,
+                store,
+                session_id=resume_id or uuid.uuid4().hex[:12],
+                history=history or [{"role": "system", "content": system}],
+                system=system,
+                engine_spec=engine_spec,
+                resumed=saved is not None,
+                script=script,
+            )
+    if session.saved:
         click.echo(
             f"session {session.session_id} saved; resume with: "
             f"contextengine chat --resume {session.session_id}"
         )
+    else:
+        click.echo(f"session {session.session_id} not saved: nothing was said")
     if session.failed_turns:
         raise SystemExit(1)
 
 
+def _load_engine(
+    name: str | None, config: ResolvedConfig, saved: SessionInfo | None
+) -> tuple[ContextEngine, str]:
+    """The engine, loaded strictly, and the name to save with the session for a resume."""
+    spec = name or config.engine
+    # The configured engine is loaded as such, so its configured options apply.
+    load_as = None if spec == config.engine else spec
+    try:
+        engine = load_engine(load_as, strict=True, observers=[_notice])
+    except (EngineNotFoundError, EngineLoadError) as exc:
+        if saved is None or spec != saved.engine:
+            raise
+        raise ConfigError(
+            f"session {saved.id} was saved with engine {spec!r}, which does not load "
+            f"({exc}); pass --engine to resume it with another"
+        ) from exc
+    return engine, spec
+
+
+def _run(
+    host: ContextHost,
+    client: ChatClient,
+    store: SessionStore,
+    *,
+    session_id: str,
+    history: list[dict[str, Any]],
+    system: str,
+    engine_spec: str,
+    resumed: bool,
+    script: Path | None,
+) -> _Session:
+    """Run the conversation (the script's lines, or the prompt) and return its final state."""
+    agent = ChatAgent(
+        host,
+        client,
+        history=history,
+        on_text=lambda piece: click.echo(piece, nl=False),
+        on_tool=lambda line: click.echo(f"[tool] {line}"),
+    )
+    session = _Session(agent, store, session_id, system, engine_spec=engine_spec, saved=resumed)
+    host.start_session(session_id, resumed=resumed)
+    click.echo(
+        f"session {session_id} · model {host.model} · engine {host.engine_name} · "
+        f"context {host.context_length:,} tokens"
+    )
+    try:
+        if script is not None:
+            for line in script.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    click.echo(f"> {line.strip()}")
+                if not session.handle(line):
+                    break
+        else:
+            while True:
+                try:
+                    line = click.prompt("you", prompt_suffix="> ", default="", show_default=False)
+                except (EOFError, click.Abort):
+                    break
+                if not session.handle(line):
+                    break
+    finally:
+        session.save()
+        host.end_session(agent.history)
+    return session
+
+
 @click.command()
 @click.option("--limit", default=20, show_default=True, help="How many sessions to list.")
-def sessions(limit: int) -> None:
-    """List saved chat sessions, most recent first."""
+@json_options
+def sessions(limit: int, as_json: bool, output: Path | None) -> None:
+    """List saved chat sessions, most recent first (creates nothing)."""
     with SessionStore(data_dir() / "sessions.db") as store:
         rows = store.list_sessions(limit)
+    if emit_json([vars(row) for row in rows], as_json=as_json, output=output):
+        return
     if not rows:
         click.echo("no saved chat sessions")
         return

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from contextengine.cli._output import emit_json, json_options
 from contextengine.formats import load_sessions
 from contextengine.tokens import count_message_tokens, encoding_for_model
 
@@ -25,9 +25,13 @@ __all__ = ["count"]
     help="Transcript format (default: detected): openai, anthropic, claude-code, swe-agent, "
     "tau-bench.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_options
 def count(
-    files: tuple[str, ...], model: str | None, format_name: str | None, as_json: bool
+    files: tuple[str, ...],
+    model: str | None,
+    format_name: str | None,
+    as_json: bool,
+    output: Path | None,
 ) -> None:
     """Print the token count of each transcript FILE (OpenAI messages, JSON list or JSONL).
 
@@ -46,8 +50,8 @@ def count(
                     "tokens": count_message_tokens(session.messages, model=model),
                 }
             )
-    if as_json:
-        click.echo(json.dumps({"encoding": encoding_for_model(model), "sessions": rows}, indent=2))
+    document = {"encoding": encoding_for_model(model), "sessions": rows}
+    if emit_json(document, as_json=as_json, output=output):
         return
     if len(rows) == 1:
         click.echo(rows[0]["tokens"])

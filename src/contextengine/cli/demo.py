@@ -1,15 +1,24 @@
-"""``contextengine demo``: the main job, offline, on the embedded defaults."""
+"""``contextengine demo``: the main job, offline, on the embedded defaults.
+
+Every text that comes from the session or the engine (message contents,
+event messages, tool results) reaches rich escaped or as plain ``Text``:
+``[tool output pruned: ...]`` is a message, not markup.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from contextengine.cli._output import emit_json, json_options
 from contextengine.demo import DEMO_FACT, DemoRequest, DemoResult, run_demo
 from contextengine.events import CompactionEvent
 from contextengine.messages import message_text
@@ -26,8 +35,8 @@ __all__ = ["demo"]
     show_default=True,
     help="The pretend model's context window, small so compaction happens several times.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the whole run as JSON.")
-def demo(engine: str, context_length: int, as_json: bool) -> None:
+@json_options
+def demo(engine: str, context_length: int, as_json: bool, output: Path | None) -> None:
     """Replay a bundled coding-agent session through a context engine, offline.
 
     Shows the context sent with every request, each compaction (before -> after,
@@ -38,18 +47,22 @@ def demo(engine: str, context_length: int, as_json: bool) -> None:
     console = Console(highlight=False)
     if as_json:
         result = run_demo(engine=engine, context_length=context_length)
-        click.echo(json.dumps(_as_json(result), indent=2))
+        emit_json(_as_json(result), as_json=True, output=output)
         return
-    console.print(
-        f"[bold]contextengine demo[/]: engine [cyan]{engine}[/], "
-        f"context length {context_length:,} tokens\n"
-    )
-    result = run_demo(
-        engine=engine,
-        context_length=context_length,
-        on_request=lambda step: _print_request(console, step, context_length),
-    )
+
+    def on_request(step: DemoRequest) -> None:
+        # The header waits for the first request: an engine that fails to load
+        # is then one error line, not a header and an error.
+        if step.index == 1:
+            console.print(
+                f"[bold]contextengine demo[/]: engine [cyan]{escape(engine)}[/], "
+                f"context length {context_length:,} tokens\n"
+            )
+        _print_request(console, step, context_length)
+
+    result = run_demo(engine=engine, context_length=context_length, on_request=on_request)
     _print_summary(console, result)
+    emit_json(_as_json(result), as_json=False, output=output)
 
 
 def _bar(tokens: int, context_length: int, width: int = 30) -> str:
@@ -73,13 +86,13 @@ def _print_compaction(console: Console, event: CompactionEvent) -> None:
     if event.reason:
         what += f"; {event.reason}"
     console.print(
-        f"[{style}]⟳ compaction ({event.phase}, {what}): "
+        f"[{style}]⟳ compaction ({escape(event.phase)}, {escape(what)}): "
         f"{event.tokens_before:,} → {event.tokens_after:,} tokens, "
         f"{event.messages_before} → {event.messages_after} messages, "
         f"{event.summarizer_calls} summariser call(s)[/]"
     )
     if event.message:
-        console.print(f"  [dim]{event.message}[/]")
+        console.print(Text("  " + event.message, style="dim"))
 
 
 def _print_summary(console: Console, result: DemoResult) -> None:
@@ -90,8 +103,11 @@ def _print_summary(console: Console, result: DemoResult) -> None:
     table.add_column("content", overflow="fold")
     for index, message in enumerate(result.final_context):
         text = " ".join(message_text(message).split())
+        # Text, not str: a str cell is markup, and "[tool output pruned: ...]" would vanish.
         table.add_row(
-            str(index), message.get("role", "?"), text[:160] + ("…" if len(text) > 160 else "")
+            str(index),
+            Text(str(message.get("role", "?"))),
+            Text(text[:160] + ("…" if len(text) > 160 else "")),
         )
     console.print(table)
     status = result.status
@@ -105,8 +121,10 @@ def _print_summary(console: Console, result: DemoResult) -> None:
     where = "still in the context" if result.fact_in_context else "no longer in the context"
     console.print(f"The staging database port ({DEMO_FACT}) from the first turn is {where}.")
     for step in result.recall:
-        console.print(f"\n[bold cyan]model calls {step.tool}[/]({json.dumps(step.args)})")
-        console.print(_short_json(step.result))
+        console.print(
+            f"\n[bold cyan]model calls {escape(step.tool)}[/]({escape(json.dumps(step.args))})"
+        )
+        console.print(Text(_short_json(step.result)))
     if result.recall:
         recovered = any(DEMO_FACT in json.dumps(step.result) for step in result.recall)
         verdict = "recovered" if recovered else "NOT recovered"

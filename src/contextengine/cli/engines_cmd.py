@@ -5,17 +5,25 @@ entry-point group (built-in and third-party alike), marking the configured
 one. ``config`` prints the resolved configuration and where each value came
 from (default, pyproject.toml, contextengine.toml, environment variable), with
 secrets masked.
+
+A configured engine that cannot be loaded (``CONTEXTENGINE_ENGINE=nosuch``)
+is reported by both, naming the value and where it came from: ``engines``
+warns on standard error; ``config`` prints the configuration (the point is
+to see where the value comes from), then exits with the configuration error
+(exit 78), since every command that loads the engine would fail.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
-from contextengine.config import resolve_config
-from contextengine.registry import available_engines
+from contextengine.cli._output import emit_json, json_options
+from contextengine.config import ResolvedConfig, resolve_config
+from contextengine.errors import ConfigError
+from contextengine.registry import available_engines, engine_problem
 
 __all__ = ["config", "engines"]
 
@@ -30,15 +38,29 @@ def _table(rows: Sequence[tuple[str, ...]], headers: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def _engine_problem(resolved: ResolvedConfig) -> str | None:
+    """One line saying that the configured engine cannot load, and where it was set; or None."""
+    problem = engine_problem(resolved.engine)
+    if problem is None:
+        return None
+    return (
+        f"the configured engine {resolved.engine!r} ({resolved.source('engine')}) "
+        f"cannot be loaded: {problem}"
+    )
+
+
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def engines(as_json: bool) -> None:
+@json_options
+def engines(as_json: bool, output: Path | None) -> None:
     """List the installed context engines (the configured one is marked with *)."""
-    configured = resolve_config().engine
+    resolved = resolve_config()
+    configured = resolved.engine
     rows = available_engines()
-    if as_json:
-        data = [{**row._asdict(), "configured": row.name == configured} for row in rows]
-        click.echo(json.dumps(data, indent=2))
+    problem = _engine_problem(resolved)
+    if problem is not None:
+        click.echo(f"warning: {problem}", err=True)
+    data = [{**row._asdict(), "configured": row.name == configured} for row in rows]
+    if emit_json(data, as_json=as_json, output=output):
         return
     if not rows:
         click.echo("no context engines are installed")
@@ -51,17 +73,21 @@ def engines(as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def config(as_json: bool) -> None:
-    """Show the resolved configuration and where each value came from."""
+@json_options
+def config(as_json: bool, output: Path | None) -> None:
+    """Show the resolved configuration and where each value came from.
+
+    Exits 78 after the table when the configured engine cannot be loaded.
+    """
     resolved = resolve_config()
     rows = list(resolved.display_items())
-    if as_json:
-        click.echo(
-            json.dumps(
-                {key: {"value": value, "source": source} for key, value, source in rows},
-                indent=2,
-            )
-        )
-        return
-    click.echo(_table([(k, v or "-", s) for k, v, s in rows], ("setting", "value", "source")))
+    problem = _engine_problem(resolved)
+    data: dict[str, dict[str, str]] = {
+        key: {"value": value, "source": source} for key, value, source in rows
+    }
+    if problem is not None:
+        data["engine"]["problem"] = problem
+    if not emit_json(data, as_json=as_json, output=output):
+        click.echo(_table([(k, v or "-", s) for k, v, s in rows], ("setting", "value", "source")))
+    if problem is not None:
+        raise ConfigError(problem)

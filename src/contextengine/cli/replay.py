@@ -3,22 +3,32 @@
 ``replay`` feeds recorded sessions through one or more engines and reports
 what each would have sent and cost (see :mod:`contextengine.replay`);
 ``eval recall`` measures what survives compaction on LoCoMo question files
-and on agent transcripts. Both print a table, or JSON with ``--json``.
+and on agent transcripts. Both print a table, or JSON with ``--json``; both
+write the JSON to ``--output FILE`` (:mod:`contextengine.cli._output`).
+
+Every file either command will write (``--output``, ``--report``,
+``--timeline``) is checked when the command line is parsed, so a missing
+folder fails in a second, not after the replay. Both report progress on
+standard error in sessions and requests (:mod:`contextengine.cli._progress`;
+``--quiet`` silences it). Names from the data (session ids, file names) reach
+rich as plain text, never as markup.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import click
+from rich.markup import escape
+from rich.text import Text
 
+from contextengine.cli._output import emit_json, json_options, writable_path
+from contextengine.cli._progress import SessionProgress
 from contextengine.formats import (
     Session,
     SessionStream,
@@ -91,33 +101,6 @@ def _price(spec: str) -> Price:
         return parse_price(spec)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--price") from None
-
-
-@contextmanager
-def _progress(
-    total: int | None, label: str, enabled: bool
-) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr for long runs; nothing when stderr is not a terminal.
-
-    ``total`` None is a streamed replay, whose length is known only at its end:
-    the bar then counts the messages replayed.
-    """
-    if not enabled or (total is not None and total < 200) or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def _load(files: Sequence[str], format_name: str | None) -> list[Session]:
@@ -207,7 +190,9 @@ def _print_replay(
             continue
         from rich.table import Table
 
-        title = f"{comparison.session_id} ({comparison.format}, {comparison.messages:,} messages)"
+        title = escape(
+            f"{comparison.session_id} ({comparison.format}, {comparison.messages:,} messages)"
+        )
         table = Table(
             title=title,
             box=box.SIMPLE_HEAD,
@@ -238,7 +223,7 @@ def _print_replay(
         for row in group:
             over = row["overflow_requests"]
             table.add_row(
-                row["engine"] + (f" ({over} over)" if over else ""),
+                Text(row["engine"] + (f" ({over} over)" if over else "")),
                 *_cells(row),
                 f"{-row['savings_vs_baseline']:+.0%}",
                 f"{row['overhead_ms_median']:.2f}/{row['overhead_ms_p95']:.2f}",
@@ -317,11 +302,12 @@ def _quiet_library_logs() -> Iterator[None]:
     metavar="KEY=VALUE",
     help="Engine option (repeatable); ENGINE.KEY=VALUE for one engine only.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_options
 @click.option(
     "--report",
     "report_path",
     type=click.Path(dir_okay=False),
+    callback=writable_path,
     default=None,
     help="Also write a chart report: FILE.html (self-contained) or FILE.png.",
 )
@@ -329,10 +315,12 @@ def _quiet_library_logs() -> Iterator[None]:
     "--timeline",
     "timeline_path",
     type=click.Path(dir_okay=False),
+    callback=writable_path,
     default=None,
     help="Write one line per request: its number and the CPU seconds since its "
     "session's replay began (to see whether a long replay slows down).",
 )
+@click.option("--quiet", "-q", is_flag=True, help="No progress on standard error.")
 def replay(
     files: tuple[str, ...],
     engine: str | None,
@@ -343,8 +331,10 @@ def replay(
     price_spec: str,
     option_pairs: tuple[str, ...],
     as_json: bool,
-    report_path: str | None,
-    timeline_path: str | None,
+    output: Path | None,
+    report_path: Path | None,
+    timeline_path: Path | None,
+    quiet: bool,
 ) -> None:
     """Replay recorded sessions FILE... through context engines, the recording as the model.
 
@@ -358,18 +348,19 @@ def replay(
     length = _context_length(context_length)
     price = _price(price_spec)
     options = _options(option_pairs, engines)
-    if report_path and not report_path.lower().endswith((".html", ".htm", ".png")):
+    if report_path and report_path.suffix.lower() not in (".html", ".htm", ".png"):
         raise click.BadParameter("expected a .html or .png file name", param_hint="--report")
     comparisons: list[SessionComparison] = []
     with ExitStack() as stack:
-        progress = stack.enter_context(_progress(None, "replaying", not as_json))
+        progress = stack.enter_context(SessionProgress("replay", enabled=not quiet))
         stack.enter_context(_quiet_library_logs())
         timeline = (
-            stack.enter_context(Path(timeline_path).open("w", encoding="utf-8"))
+            stack.enter_context(timeline_path.open("w", encoding="utf-8"))
             if timeline_path
             else None
         )
         for stream in _streams(files, format_name):
+            progress.session(f"{Path(stream.source).name}#{stream.id}")
             comparisons.append(
                 compare_stream(
                     stream if timeline is None else _timed(stream, timeline),
@@ -377,7 +368,7 @@ def replay(
                     context_length=length,
                     model=model,
                     options=options,
-                    progress=progress,
+                    progress=progress.advance,
                 )
             )
     rows = [row for comparison in comparisons for row in comparison.to_json(price)]
@@ -386,16 +377,15 @@ def replay(
             write_report(report_path, comparisons, price=price, context_length=length)
         except ImportError as exc:
             raise click.ClickException(str(exc)) from None
-    if as_json:
-        document = {
-            "engines": engines,
-            "context_length": length,
-            "model": model,
-            "price": price.as_dict(),
-            "sessions": rows,
-            "totals": _totals(rows),
-        }
-        click.echo(json.dumps(document, indent=2))
+    document = {
+        "engines": engines,
+        "context_length": length,
+        "model": model,
+        "price": price.as_dict(),
+        "sessions": rows,
+        "totals": _totals(rows),
+    }
+    if emit_json(document, as_json=as_json, output=output):
         return
     _print_replay(rows, comparisons, price)
     if report_path:
@@ -444,9 +434,9 @@ def _print_recall(results: Sequence[RecallResult]) -> None:
     for result in results:
         for name, shares in result.rows():
             table.add_row(
-                Path(result.source).name,
-                result.engine,
-                name,
+                Text(Path(result.source).name),
+                Text(result.engine),
+                Text(name),
                 f"{shares['questions']:,}",
                 pct(shares["closed_book"]),
                 pct(shares["search"]) if result.has_search else "no tool",
@@ -494,13 +484,8 @@ def _print_recall(results: Sequence[RecallResult]) -> None:
     metavar="KEY=VALUE",
     help="Engine option (repeatable); ENGINE.KEY=VALUE for one engine only.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    default=None,
-    metavar="FILE",
-    help="Write the figures as JSON to FILE ('-' for standard output).",
-)
+@json_options
+@click.option("--quiet", "-q", is_flag=True, help="No progress on standard error.")
 def recall(
     files: tuple[str, ...],
     qa_files: tuple[str, ...],
@@ -511,7 +496,9 @@ def recall(
     model: str | None,
     format_name: str | None,
     option_pairs: tuple[str, ...],
-    json_path: str | None,
+    as_json: bool,
+    output: Path | None,
+    quiet: bool,
 ) -> None:
     """Recall after compaction on LoCoMo --qa files and agent transcripts FILE...
 
@@ -526,10 +513,19 @@ def recall(
     options = _options(option_pairs, engines)
     the_model = model or "gpt-4o"
     results: list[RecallResult] = []
-    with _quiet_library_logs():
-        for qa_file in qa_files:
-            conversations = load_locomo(qa_file)
+    qa = [(qa_file, load_locomo(qa_file)) for qa_file in qa_files]
+    transcripts = _load(files, format_name)
+    total = len(engines) * (sum(len(c) for _, c in qa) + len(transcripts))
+    with (
+        _quiet_library_logs(),
+        SessionProgress("eval recall", total=total, enabled=not quiet) as progress,
+    ):
+        for qa_file, conversations in qa:
             for name in engines:
+
+                def started(sample_id: str, name: str = name, qa_file: str = qa_file) -> None:
+                    progress.session(f"{Path(qa_file).name}#{sample_id} ({name})")
+
                 results.append(
                     eval_locomo(
                         qa_file,
@@ -539,10 +535,13 @@ def recall(
                         model=the_model,
                         options=options[name],
                         conversations=conversations,
+                        progress=progress.advance,
+                        on_conversation=started,
                     )
                 )
-        for session in _load(files, format_name):
+        for session in transcripts:
             for name in engines:
+                progress.session(f"{Path(session.source).name}#{session.id} ({name})")
                 results.append(
                     eval_transcript(
                         session,
@@ -551,6 +550,7 @@ def recall(
                         k=k,
                         model=model or str(session.metadata.get("model") or the_model),
                         options=options[name],
+                        progress=progress.advance,
                     )
                 )
     document = {
@@ -559,10 +559,6 @@ def recall(
         "engines": engines,
         "results": [result.to_json() for result in results],
     }
-    if json_path == "-":
-        click.echo(json.dumps(document, indent=2))
+    if emit_json(document, as_json=as_json, output=output):
         return
     _print_recall(results)
-    if json_path:
-        Path(json_path).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        click.echo(f"figures written to {json_path}")

@@ -37,6 +37,15 @@ Memory and time
       process its page cache, not the whole transcript in RAM, and a replay
       never writes into the user's own archive;
     * the trace itself is one small :class:`RequestRecord` per request.
+
+Warm-up
+    Before the first session of a process is timed, each engine serves one
+    small request that is not measured (:func:`warm_up`): the first request
+    an engine serves in a process otherwise pays for lazy imports, the
+    tokenizer's vocabulary, compiled patterns and caches (up to about 150 ms,
+    all of it charged to whichever engine came first). The warm-up session
+    is tiny, never compacts (so no summariser is called) and uses its own
+    temporary archive.
 """
 
 from __future__ import annotations
@@ -82,10 +91,12 @@ __all__ = [
     "recorded_trace",
     "replay_session",
     "trace_stats",
+    "warm_up",
 ]
 
 Message = dict[str, Any]
-#: Called with the number of recorded messages just processed.
+#: Called with the number of requests just replayed: one per recorded reply,
+#: however many engines replay it.
 Progress = Callable[[int], None]
 
 
@@ -353,11 +364,13 @@ class Replayer:
         return record
 
     def run(self, progress: Progress | None = None) -> Trace:
-        """Feed every recorded message; returns the trace of requests sent."""
+        """Feed every recorded message; returns the trace of requests sent.
+
+        ``progress`` is called with 1 after each request.
+        """
         self.start()
         for message in self.messages:
-            self.feed(message)
-            if progress is not None:
+            if self.feed(message) is not None and progress is not None:
                 progress(1)
         return self.trace
 
@@ -391,6 +404,63 @@ def replay_session(
         session_id=session_id,
     ) as replayer:
         return replayer.run(progress)
+
+
+# ---------------------------------------------------------------- warm-up
+
+#: A session small enough never to compact: a system prompt, a request, a
+#: tool call and its result, the answer.
+_WARM_UP_SESSION: tuple[Message, ...] = (
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Where is the deploy script? Run the tests in tests/."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_warm_up",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "ls tools"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_warm_up", "content": "deploy.sh\nREADME.md"},
+    {"role": "assistant", "content": "It is tools/deploy.sh; the tests pass."},
+)
+#: (engine, model) pairs already warmed up in this process.
+_WARMED: set[tuple[str, str]] = set()
+
+
+#: The warm-up's context window: far above its session, so nothing compacts.
+_WARM_UP_CONTEXT = 128_000
+
+
+def warm_up(
+    engines: Sequence[str],
+    *,
+    model: str,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Serve one small untimed request with each engine, once per process (module docstring).
+
+    Called by every comparison before its timed pass. ``options`` apply as in
+    the replay, except ``store``: the warm-up never writes into an archive
+    the caller named.
+    """
+    for name in engines:
+        if (name, model) in _WARMED:
+            continue
+        given = {k: v for k, v in ((options or {}).get(name) or {}).items() if k != "store"}
+        with Replayer(
+            _WARM_UP_SESSION,
+            engine=name,
+            context_length=_WARM_UP_CONTEXT,
+            model=model,
+            options=given,
+            session_id="warm-up",
+        ) as replayer:
+            replayer.run()
+        _WARMED.add((name, model))
 
 
 # ---------------------------------------------------------------- comparisons
@@ -454,6 +524,7 @@ def _compare(
     progress: Progress | None,
 ) -> SessionComparison:
     """One pass over ``messages``, each fed to every engine and both reference traces."""
+    warm_up(engines, model=model, options=options)
     with ExitStack() as stack:
         replayers = [
             stack.enter_context(
@@ -471,14 +542,15 @@ def _compare(
         recorded = RecordedBuilder(boundaries, model=model) if boundaries is not None else None
         count = 0
         for message in messages:
+            requested = False
             for replayer in replayers:
-                replayer.feed(message)
+                requested = replayer.feed(message) is not None or requested
             baseline.feed(message)
             if recorded is not None:
                 recorded.feed(message)
             count += 1
-            if progress is not None:
-                progress(len(replayers))
+            if progress is not None and requested:
+                progress(1)
         traces = {replayer.engine_name: replayer.trace for replayer in replayers}
     return SessionComparison(
         session_id=session_id,

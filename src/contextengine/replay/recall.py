@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from contextengine.anchors import find_anchors
 from contextengine.errors import FormatError
 from contextengine.formats import Session
 from contextengine.replay.cost import message_fingerprint
-from contextengine.replay.loop import DEFAULT_MODEL, Replayer
+from contextengine.replay.loop import DEFAULT_MODEL, Progress, Replayer
 from contextengine.summary_prompt import content_text
 from contextengine.tokens import count_message_tokens
 
@@ -289,15 +289,21 @@ def eval_locomo(
     model: str = DEFAULT_MODEL,
     options: Mapping[str, Any] | None = None,
     conversations: Sequence[QaConversation] | None = None,
+    progress: Progress | None = None,
+    on_conversation: Callable[[str], None] | None = None,
 ) -> RecallResult:
     """Replay each LoCoMo conversation into ``engine`` and score its questions.
 
     ``conversations`` may pass what :func:`load_locomo` read (to score several
-    engines without parsing twice).
+    engines without parsing twice). ``on_conversation`` is called with each
+    conversation's sample id as it starts, ``progress`` with 1 after each
+    request replayed (``contextengine eval recall`` shows both).
     """
     samples = list(conversations) if conversations is not None else load_locomo(path)
     result = RecallResult(engine, str(path), "qa", k, context_length)
     for sample in samples:
+        if on_conversation is not None:
+            on_conversation(sample.id)
         with Replayer(
             sample.messages,
             engine=engine,
@@ -306,7 +312,7 @@ def eval_locomo(
             options=options,
             session_id=f"locomo-{sample.id}",
         ) as replayer:
-            replayer.run()
+            replayer.run(progress)
             context = replayer.final_context()
             result.context_tokens.append(count_message_tokens(context, model))
             result.conversation_tokens.append(count_message_tokens(sample.messages, model))
@@ -358,8 +364,12 @@ def eval_transcript(
     k: int = 5,
     model: str = DEFAULT_MODEL,
     options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> RecallResult:
-    """Replay ``session`` and score the anchors of what left the context, by anchor kind."""
+    """Replay ``session`` and score the anchors of what left the context, by anchor kind.
+
+    ``progress`` is called with 1 after each request replayed.
+    """
     result = RecallResult(engine, session.source, "anchors", k, context_length)
     messages = session.messages
     with Replayer(
@@ -370,7 +380,7 @@ def eval_transcript(
         options=options,
         session_id=session.id,
     ) as replayer:
-        replayer.run()
+        replayer.run(progress)
         context = replayer.final_context()
         result.context_tokens.append(count_message_tokens(context, model))
         result.conversation_tokens.append(count_message_tokens(messages, model))

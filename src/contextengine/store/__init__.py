@@ -56,16 +56,25 @@ def default_store_path() -> Path:
     return base / "contextengine" / "archive.db"
 
 
-def open_store(spec: str | os.PathLike[str] | Store | None = None, **options: Any) -> Store:
+def open_store(
+    spec: str | os.PathLike[str] | Store | None = None, *, read_only: bool = False, **options: Any
+) -> Store:
     """Open the store ``spec`` names; ``options`` go to the store's constructor.
 
     Called by ``LosslessEngine`` for its ``store=`` argument and by
     ``contextengine archive --store``. ``None`` means the default archive file.
     ``sqlite:///rel.db`` is a relative path and ``sqlite:////abs.db`` an
     absolute one (the SQLAlchemy convention); ``sqlite://`` is in memory.
+
+    ``read_only`` opens an existing SQLite archive for reading only: a missing
+    file is a :class:`StoreError` rather than a new archive, and nothing is
+    created or migrated (see :mod:`contextengine.store.sqlite_readonly`). The
+    ``contextengine archive`` read commands use it. It does not apply to a
+    ``Store`` object (returned as is) nor to PostgreSQL, whose access rights
+    are the server's.
     """
     if spec is None:
-        return SQLiteStore(default_store_path(), **options)
+        return SQLiteStore(default_store_path(), read_only=read_only, **options)
     if isinstance(spec, Store) and not isinstance(spec, (str, os.PathLike)):
         return spec
     if not isinstance(spec, (str, os.PathLike)):
@@ -84,10 +93,11 @@ def open_store(spec: str | os.PathLike[str] | Store | None = None, **options: An
     if text.startswith("sqlite:"):
         rest = text[len("sqlite:") :]
         if rest in ("", "//", "///:memory:", "//:memory:"):
-            return SQLiteStore(":memory:", **options)
+            return SQLiteStore(":memory:", read_only=read_only, **options)
         if not rest.startswith("///"):
             raise StoreError(f"malformed SQLite URL {text!r}; use sqlite:///relative/path.db")
-        return SQLiteStore(rest[3:], **options)
+        return SQLiteStore(rest[3:], read_only=read_only, **options)
     if "://" in text:
         raise StoreError(f"unsupported store URL {text!r}; use a path, sqlite:/// or postgresql://")
-    return SQLiteStore(Path(text).expanduser() if text != ":memory:" else text, **options)
+    path = Path(text).expanduser() if text != ":memory:" else text
+    return SQLiteStore(path, read_only=read_only, **options)

@@ -70,6 +70,12 @@ each forced to disk, because one ``fsync`` per request cost 0.2-4 ms on the
 shared disks measured (more than everything else the engine does per
 request), and a power cut loses the agent's in-memory turn anyway.
 ``synchronous="full"`` forces every commit to disk instead.
+
+**Read-only.** ``SQLiteStore(path, read_only=True)`` opens an existing
+archive without writing anything: no file, folder, ``-wal`` or ``-shm`` is
+created, no migration runs (a schema other than the current one is refused
+with its version), writes raise :class:`StoreError`, and a search still sees
+the messages waiting in ``index_pending`` (:mod:`contextengine.store.sqlite_readonly`).
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ from contextengine.store import _common
 from contextengine.store import bulk as _bulk
 from contextengine.store import search as _search
 from contextengine.store import sqlite_bulk as _sqlite_bulk
+from contextengine.store import sqlite_readonly as _readonly
 from contextengine.store import sqlite_search as _sqlite_search
 from contextengine.store._common import identity_key, message_search_text
 from contextengine.store.ids import (
@@ -131,6 +138,11 @@ _SUMMARY_COLUMNS = (
 )
 
 
+def _latest_version() -> int:
+    """The newest schema version this code knows (the last SQLite migration's number)."""
+    return max(m.version for m in load_migrations("SQLITE"))
+
+
 def _fsync(path: str) -> None:
     """Force a file (or a directory's entries) to disk; a file that does not exist is skipped."""
     try:
@@ -153,6 +165,7 @@ class SQLiteStore(_common.StoreBase):
     :meth:`sync`) or ``"full"`` (at every commit); see the module docstring.
     ``redact_at_rest`` redacts secrets (:func:`contextengine.redact.redact_message`)
     before anything is stored: opt-in, since what is redacted cannot be recovered.
+    ``read_only`` opens an existing archive for reading only (module docstring).
     One connection serves all threads, behind a lock.
     """
 
@@ -165,12 +178,14 @@ class SQLiteStore(_common.StoreBase):
         busy_timeout_ms: int = 10_000,
         synchronous: Literal["normal", "full"] = "normal",
         redact_at_rest: bool = False,
+        read_only: bool = False,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise StoreError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = str(path)
         self.synchronous = synchronous
         self.redact_at_rest = redact_at_rest
+        self.read_only = read_only
         self._synced_dir = False
         # The text the next message of a conversation is indexed beside, with
         # the conversation's message count it is valid for.
@@ -184,23 +199,35 @@ class SQLiteStore(_common.StoreBase):
         self._count = token_counter or _common.default_token_count
         self._lock = threading.RLock()
         self._tokens: dict[str, str] = {}
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open archive {self.path}: {exc}") from exc
+        if read_only:
+            if self.path == ":memory:":
+                raise StoreError("an in-memory archive cannot be opened read-only: it is empty")
+            self._db = _readonly.connect(self.path)
+            self._pending = 0  # nothing to flush: search reads index_pending itself
+        else:
+            try:
+                if self.path != ":memory:":
+                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            except (OSError, sqlite3.Error) as exc:
+                raise StoreError(f"cannot open archive {self.path}: {exc}") from exc
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            self._db.execute("PRAGMA foreign_keys = ON")
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
             # Reads through a memory map, not a read() per page: search reads
             # scattered pages of the index and content (a quarter faster at 1M).
             self._db.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
-            self._migrate()
+            if read_only:
+                _readonly.check_schema(self._db, self.path, _latest_version())
+            else:
+                self._db.execute("PRAGMA foreign_keys = ON")
+                if self.path != ":memory:":
+                    self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+                self._migrate()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise _readonly.open_error(self.path, exc, writing=not read_only) from exc
         except BaseException:
             self._db.close()
             raise
@@ -210,9 +237,14 @@ class SQLiteStore(_common.StoreBase):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"archive {self.path} is open read-only")
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; IMMEDIATE so read-then-write steps see no concurrent writer."""
+        self._writable()
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -233,6 +265,7 @@ class SQLiteStore(_common.StoreBase):
                 raise StoreError(f"archive {self.path} is closed or misused: {exc}") from exc
 
     def _migrate(self) -> None:
+        _readonly.refuse_foreign(self._db, self.path)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS schema_version "
             "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL NOT NULL)"
@@ -240,6 +273,7 @@ class SQLiteStore(_common.StoreBase):
         (current,) = self._db.execute(
             "SELECT COALESCE(MAX(version), 0) FROM schema_version"
         ).fetchone()
+        _readonly.check_version(int(current), _latest_version(), self.path, read_only=False)
         for migration in load_migrations("SQLITE"):
             if migration.version <= current:
                 continue
@@ -419,6 +453,8 @@ class SQLiteStore(_common.StoreBase):
         message) and when the store closes; the per-turn path also calls it
         once :data:`PENDING_MESSAGES` messages or :data:`PENDING_CHARS`
         characters wait. Safe to call at any time; free when nothing waits.
+        A read-only store indexes nothing (returns 0); its searches read the
+        waiting messages themselves.
         """
         with self._lock:
             if self._pending == 0:
@@ -462,6 +498,7 @@ class SQLiteStore(_common.StoreBase):
         with the preparation (JSON, hashes, token counts) in a second thread
         (:mod:`contextengine.store.bulk`).
         """
+        self._writable()
         token = self._search_token(conversation_id)
         if not messages:
             return 0
@@ -488,6 +525,7 @@ class SQLiteStore(_common.StoreBase):
         ``seq == message_count``, then one after another), else
         :class:`StoreError`.
         """
+        self._writable()
         token = self._search_token(conversation_id)
         chunks = _bulk.prepare_records(self._records_at_rest(records))
         return _sqlite_bulk.write_chunks(self, conversation_id, token, chunks, to_context=False)
@@ -696,16 +734,18 @@ class SQLiteStore(_common.StoreBase):
         limit, offset = _common.check_search(conversation_id, query, mode, scope, limit, cursor)
         token = self._search_token(conversation_id)
         self.flush_index()
+        # Read-only, the messages waiting in index_pending are searched beside the index.
+        searcher = _readonly if self.read_only else _sqlite_search
         with self._snapshot() as db:
             if mode == "regex":
-                hits, resume = _sqlite_search.search_regex(
+                hits, resume = searcher.search_regex(
                     db, conversation_id, token, query, scope, limit, offset
                 )
                 more = resume is not None
                 next_offset = resume or 0
             else:
                 try:
-                    hits, more = _sqlite_search.search_text(
+                    hits, more = searcher.search_text(
                         db, conversation_id, token, query, scope, limit, offset
                     )
                 except sqlite3.OperationalError as exc:  # pragma: no cover - parse_query quotes all
@@ -774,7 +814,7 @@ class SQLiteStore(_common.StoreBase):
         into the database file is left to SQLite's own checkpoints, which are
         as durable as the log. Free in memory and with ``synchronous="full"``.
         """
-        if self.path == ":memory:" or self.synchronous == "full":
+        if self.path == ":memory:" or self.synchronous == "full" or self.read_only:
             return
         with self._lock:
             try:
@@ -787,6 +827,7 @@ class SQLiteStore(_common.StoreBase):
 
     def vacuum(self) -> None:
         """Merge the index, rewrite the file compactly and truncate the WAL."""
+        self._writable()
         self.flush_index()
         with self._lock:
             self._db.execute("INSERT INTO search_index(search_index) VALUES ('optimize')")
@@ -820,6 +861,7 @@ class SQLiteStore(_common.StoreBase):
         nothing: the pending rows stay in the file for the next open.
         """
         with self._lock:
-            with suppress(StoreError, sqlite3.Error):
-                self.flush_index()
+            if not self.read_only:
+                with suppress(StoreError, sqlite3.Error):
+                    self.flush_index()
             self._db.close()
