@@ -454,3 +454,22 @@ def test_two_engines_on_one_conversation_compact_one_at_a_time(pg_url: str, sche
     finally:
         for engine in engines:
             engine.close()
+
+
+def test_a_read_only_store_creates_nothing_and_writes_nothing(pg_url: str, schema: str) -> None:
+    with pytest.raises(StoreError, match="no archive in schema"):
+        PostgresStore(pg_url, schema=schema, read_only=True)
+    found = sql_rows(
+        pg_url,
+        "public",
+        "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+        (schema,),
+    )
+    assert found == []  # reading created no schema
+    with PostgresStore(pg_url, schema=schema) as writer:
+        cid = writer.open_conversation("s")
+        writer.append_messages(cid, [{"role": "user", "content": "hello archive"}], start_seq=0)
+    with PostgresStore(pg_url, schema=schema, read_only=True) as reader:
+        assert reader.search(cid, "archive").results
+        with pytest.raises(StoreError):
+            reader.append_messages(cid, [{"role": "user", "content": "more"}], start_seq=1)

@@ -88,7 +88,7 @@ def open_store(
                 "a postgresql:// store needs the PostgreSQL extra: "
                 f"pip install 'contextengine[postgres]' ({exc})"
             ) from exc
-        store: Store = PostgresStore(text, **options)
+        store: Store = PostgresStore(text, read_only=read_only, **options)
         return store
     if text.startswith("sqlite:"):
         rest = text[len("sqlite:") :]

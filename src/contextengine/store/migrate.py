@@ -21,7 +21,6 @@ reported, never merged. Stop the agents writing to the source while migrating.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -68,15 +67,16 @@ Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 @contextmanager
 def _reader(source: Store) -> Iterator[tuple[Query, str]]:
     """A query function over the source's tables and the SQL of its content-with-NUL flag."""
+    from contextengine.store import sqlite_readonly
     from contextengine.store.sqlite import SQLiteStore
 
     if isinstance(source, SQLiteStore):
         if source.path == ":memory:":
             raise StoreError("cannot migrate from an in-memory archive; give its file")
-        # A read-only connection of our own: it sees committed rows (WAL) and cannot write.
-        # The bulk path reads messages from its producer thread, one thread at a time.
-        uri = "file:" + source.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
-        with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as db:
+        # A read-only connection of our own: it sees committed rows (WAL), cannot
+        # write and creates no file (sqlite_readonly). The bulk path reads
+        # messages from its producer thread, one thread at a time.
+        with closing(sqlite_readonly.connect(source.path)) as db:
 
             def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 return db.execute(sql, tuple(params)).fetchall()

@@ -65,7 +65,7 @@ from contextengine.store import search as _search
 from contextengine.store._common import message_search_text
 from contextengine.store.ids import conversation_id_for, large_content_id_for, summary_id_for
 from contextengine.store.postgres_bulk import insert_segments, segment_rows
-from contextengine.store.postgres_migrations import apply_pg_migrations
+from contextengine.store.postgres_migrations import apply_pg_migrations, check_pg_schema
 from contextengine.store.postgres_search import (
     search_regex,
     search_text,
@@ -208,9 +208,11 @@ class PostgresStore(_common.StoreBase):
         clock: Callable[[], float] = time.time,
         token_counter: Callable[[Mapping[str, Any]], int] | None = None,
         redact_at_rest: bool = False,
+        read_only: bool = False,
     ) -> None:
         conninfo, url_schema = _parse_url(url)
         self.redact_at_rest = redact_at_rest
+        self.read_only = read_only
         self.schema = schema or url_schema or DEFAULT_SCHEMA
         if not _SCHEMA_NAME.match(self.schema):
             raise StoreError(
@@ -245,8 +247,13 @@ class PostgresStore(_common.StoreBase):
     # ------------------------------------------------------------------ plumbing
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Run by the pool on every new connection: the archive's schema first on the path."""
+        """Run by the pool on every new connection: the archive's schema first on the path.
+
+        A read-only store's connections refuse every write (the server enforces it).
+        """
         conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
         conn.commit()
 
     def __repr__(self) -> str:
@@ -269,6 +276,9 @@ class PostgresStore(_common.StoreBase):
 
     def _migrate(self) -> None:
         label = f"PostgreSQL archive {self.url} ({self.schema})"
+        if self.read_only:
+            check_pg_schema(self._tx, self.schema, label=label)
+            return
         apply_pg_migrations(self._tx, self.schema, self._clock, label=label)
 
     def _lock_conversation(self, conn: psycopg.Connection[Any], conversation_id: str) -> None:

@@ -25,7 +25,13 @@ from typing import Any
 from contextengine.errors import StoreError
 from contextengine.store.migrations import Migration, load_migrations
 
-__all__ = ["MIGRATION_LOCK", "PgMigration", "apply_pg_migrations", "load_pg_migrations"]
+__all__ = [
+    "MIGRATION_LOCK",
+    "PgMigration",
+    "apply_pg_migrations",
+    "check_pg_schema",
+    "load_pg_migrations",
+]
 
 #: Advisory-lock name of migrations: database-wide, so even two schemas never migrate at once
 #: (their ``CREATE EXTENSION`` steps would race).
@@ -49,6 +55,36 @@ def _applied(conn: Any, schema: str) -> set[int]:
         return set()
     query = sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(schema))
     return {int(r[0]) for r in conn.execute(query)}
+
+
+def check_pg_schema(
+    transaction: Callable[[], AbstractContextManager[Any]],
+    schema: str,
+    *,
+    label: str = "PostgreSQL archive",
+) -> None:
+    """Check, without writing, that ``schema`` holds an archive this code can read.
+
+    Called by a read-only ``PostgresStore`` instead of migrating: a missing
+    schema is "no archive" (reading creates none), an older one must be opened
+    once writable to be migrated, a newer one is refused.
+    """
+    latest = max(m.version for m in load_pg_migrations())
+    with transaction() as conn:
+        applied = _applied(conn, schema)
+    if not applied:
+        raise StoreError(f"{label}: no archive in schema {schema!r} (reading does not create one)")
+    version = max(applied)
+    if version > latest:
+        raise StoreError(
+            f"{label}: schema version {version} is newer than this contextengine knows"
+            f" ({latest}); upgrade contextengine"
+        )
+    if version < latest:
+        raise StoreError(
+            f"{label}: schema version {version} is older than {latest}; open it once"
+            " writable (any archive write command) to migrate it"
+        )
 
 
 def apply_pg_migrations(
