@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 from contextengine.errors import SummarizerAuthError, SummarizerError
 
@@ -60,16 +60,7 @@ FailureCause: TypeAlias = Literal[
     "ineffective",
 ]
 #: Every cause, in the order the docs list them.
-FAILURE_CAUSES: tuple[FailureCause, ...] = (
-    "auth",
-    "rate_limited",
-    "timeout",
-    "server_error",
-    "bad_response",
-    "over_budget",
-    "cooldown",
-    "ineffective",
-)
+FAILURE_CAUSES: tuple[FailureCause, ...] = get_args(FailureCause)
 
 #: Cooldowns after the 1st, 2nd and every later consecutive summariser failure.
 COOLDOWN_STEPS_S = (60.0, 300.0, 900.0)

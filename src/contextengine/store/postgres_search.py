@@ -315,29 +315,15 @@ def search_text(
     index = PgTextIndex(conn, conversation_id, parsed, scope)
     if index.empty:
         return [], False
-    ranking = _ranking.rank(parsed, index, want=offset + limit + 1)
-    page = ranking.results[offset : offset + limit]
-    owners = _identities(conn, conversation_id, [r.key for r in page])
-    hits = []
-    for result in page:
-        owner = owners.get((result.key[0], result.key[1]))
-        if owner is None:  # pragma: no cover - deleted between the probe and this read
-            continue
-        item_id, seq, role = owner
-        # Both stores match by Porter stems, so Python finds what the index matched;
-        # only a match through ``ctx`` (the previous message) leaves the text unmarked.
-        snippet = _ranking.query_snippet(parsed, result.text)
-        hits.append(
-            SearchHit(
-                id=item_id,
-                kind="message" if result.key[0] == 0 else "summary",
-                seq=seq,
-                role=role,
-                snippet=snippet or _search.plain_snippet(result.text),
-                score=result.score,
-            )
-        )
-    return hits, ranking.total > offset + limit
+    # Both stores match by Porter stems, so Python finds what the index matched;
+    # only a match through ``ctx`` (the previous message) leaves the text unmarked.
+    return _ranking.hits_page(
+        parsed,
+        index,
+        offset=offset,
+        limit=limit,
+        owners=lambda keys: _identities(conn, conversation_id, keys),
+    )
 
 
 # ------------------------------------------------------------------------------------ regex

@@ -45,11 +45,12 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from contextengine.store import search as _search
+from contextengine.store.protocol import SearchHit
 from contextengine.store.stemming import count_stems, match_words, word_stems
 
 __all__ = [
@@ -57,9 +58,11 @@ __all__ = [
     "PROBE_ROWS",
     "SCORED_ROWS",
     "Key",
+    "Owner",
     "Ranked",
     "Ranking",
     "TextIndex",
+    "hits_page",
     "probe_cap",
     "query_snippet",
     "rank",
@@ -130,6 +133,51 @@ class Ranking:
     results: list[Ranked]
     #: Distinct messages and summaries among all the candidates.
     total: int
+
+
+#: What a store knows of the row a key names: ``(id, seq, role)`` (seq None for a summary).
+Owner = tuple[str, int | None, str]
+
+
+def hits_page(
+    parsed: _search.ParsedQuery,
+    index: TextIndex,
+    *,
+    offset: int,
+    limit: int,
+    owners: Callable[[list[Key]], Mapping[tuple[int, int], Owner]],
+    highlight: Callable[[Key], str] | None = None,
+) -> tuple[list[SearchHit], bool]:
+    """One page of ranked hits (``summary_id`` not yet filled) and whether more exist.
+
+    What every store's text search does once it has its :class:`TextIndex`:
+    rank, take the page, look up who owns each row (``owners``, the store's
+    query), and cut each snippet around the query's words in the row's own
+    text (``highlight``, the store's own marking, when Python finds none).
+    """
+    ranking = rank(parsed, index, want=offset + limit + 1)
+    page = ranking.results[offset : offset + limit]
+    found = owners([r.key for r in page])
+    hits = []
+    for result in page:
+        owner = found.get((result.key[0], result.key[1]))
+        if owner is None:  # pragma: no cover - deleted between the probe and this read
+            continue
+        item_id, seq, role = owner
+        snippet = query_snippet(parsed, result.text)
+        if not snippet and highlight is not None:
+            snippet = highlight(result.key)
+        hits.append(
+            SearchHit(
+                id=item_id,
+                kind="message" if result.key[0] == 0 else "summary",
+                seq=seq,
+                role=role,
+                snippet=snippet or _search.plain_snippet(result.text),
+                score=result.score,
+            )
+        )
+    return hits, ranking.total > offset + limit
 
 
 def probe_cap(terms: int, size: int) -> int:

@@ -295,28 +295,14 @@ def search_text(
         SQLiteTextIndex(db, conversation_id, token, parsed, scope),
         _PendingTextIndex(db, conversation_id, token, parsed, scope),
     )
-    ranking = _ranking.rank(parsed, index, want=offset + limit + 1)
-    page = ranking.results[offset : offset + limit]
-    # The page is assembled as sqlite_search.search_text assembles it.
-    owners = _sqlite_search._identities(db, conversation_id, [r.key for r in page])
-    hits = []
-    for result in page:
-        owner = owners.get((result.key[0], result.key[1]))
-        if owner is None:  # pragma: no cover - read in the same snapshot as the probes
-            continue
-        item_id, seq, role = owner
-        snippet = _ranking.query_snippet(parsed, result.text) or index.highlight(result.key)
-        hits.append(
-            SearchHit(
-                id=item_id,
-                kind="message" if result.key[0] == 0 else "summary",
-                seq=seq,
-                role=role,
-                snippet=snippet or _search.plain_snippet(result.text),
-                score=result.score,
-            )
-        )
-    return hits, ranking.total > offset + limit
+    return _ranking.hits_page(
+        parsed,
+        index,
+        offset=offset,
+        limit=limit,
+        owners=lambda keys: _sqlite_search.identities(db, conversation_id, keys),
+        highlight=index.highlight,
+    )
 
 
 def _pending_regex_hits(

@@ -41,7 +41,7 @@ from contextengine.store.segments import (
     split_rowid,
 )
 
-__all__ = ["REGEX_DEADLINE_S", "SQLiteTextIndex", "search_regex", "search_text"]
+__all__ = ["REGEX_DEADLINE_S", "SQLiteTextIndex", "identities", "search_regex", "search_text"]
 
 #: Time budget of one regex search call, in seconds.
 REGEX_DEADLINE_S = 3.0
@@ -201,7 +201,7 @@ class SQLiteTextIndex:
         return str(row[0]) if row and row[0] else ""
 
 
-def _identities(
+def identities(
     db: sqlite3.Connection, conversation_id: str, keys: Sequence[_ranking.Key]
 ) -> dict[tuple[int, int], tuple[str, int | None, str]]:
     """``(kind, rowid) -> (id, seq, role)`` of the owners of ``keys``, in this conversation only."""
@@ -242,27 +242,14 @@ def search_text(
     if parsed.empty:
         return [], False
     index = SQLiteTextIndex(db, conversation_id, token, parsed, scope)
-    ranking = _ranking.rank(parsed, index, want=offset + limit + 1)
-    page = ranking.results[offset : offset + limit]
-    owners = _identities(db, conversation_id, [r.key for r in page])
-    hits = []
-    for result in page:
-        owner = owners.get((result.key[0], result.key[1]))
-        if owner is None:  # pragma: no cover - deleted between the probe and this read
-            continue
-        item_id, seq, role = owner
-        snippet = _ranking.query_snippet(parsed, result.text) or index.highlight(result.key)
-        hits.append(
-            SearchHit(
-                id=item_id,
-                kind="message" if result.key[0] == 0 else "summary",
-                seq=seq,
-                role=role,
-                snippet=snippet or _search.plain_snippet(result.text),
-                score=result.score,
-            )
-        )
-    return hits, ranking.total > offset + limit
+    return _ranking.hits_page(
+        parsed,
+        index,
+        offset=offset,
+        limit=limit,
+        owners=lambda keys: identities(db, conversation_id, keys),
+        highlight=index.highlight,
+    )
 
 
 def with_summary_ids(
