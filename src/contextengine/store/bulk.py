@@ -43,7 +43,15 @@ from contextengine.store._common import (
 from contextengine.store.protocol import StoredMessage
 from contextengine.store.segments import segment_text
 
-__all__ = ["CHUNK", "IndexHook", "Prepared", "pipelined", "prepare_messages", "prepare_records"]
+__all__ = [
+    "CHUNK",
+    "IndexHook",
+    "Prepared",
+    "new_rows",
+    "pipelined",
+    "prepare_messages",
+    "prepare_records",
+]
 
 #: Messages per chunk: one transaction each.
 CHUNK = 20_000
@@ -177,6 +185,37 @@ def _spans(total: int, chunk: int) -> Iterator[tuple[int, int]]:
 
 
 _DONE = object()
+
+
+def new_rows(
+    chunk: Iterable[Prepared],
+    conversation_id: str,
+    start: int,
+    *,
+    existing: set[str],
+    seen: set[str],
+) -> Iterator[tuple[Prepared, int]]:
+    """The messages of ``chunk`` a store must write, each with its ``seq`` from ``start`` on.
+
+    Called by each store's chunk writer. Left out: identities already stored
+    (``existing``) or written earlier in this import (``seen``, which this
+    adds provider-id identities to: ``h:`` keys hold positions, so a repeat of
+    one is a new message). A copied message whose recorded ``seq`` is not where
+    the history continues is an error, not a silent renumbering.
+    """
+    seq = start
+    for p in chunk:
+        if p.key in existing or p.key in seen:
+            continue
+        if p.key.startswith("id:"):
+            seen.add(p.key)
+        if p.seq is not None and p.seq != seq:
+            raise StoreError(
+                f"copy_messages: message {p.id} has seq {p.seq} but the history of"
+                f" {conversation_id!r} continues at {seq}"
+            )
+        yield p, seq
+        seq += 1
 
 
 def pipelined(chunks: Iterator[T], *, depth: int = 2) -> Iterator[T]:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from contextengine.errors import StoreError
 from contextengine.store import _common
 from contextengine.store import bulk as _bulk
 from contextengine.store._common import CONTEXT_CHARS
@@ -118,17 +117,9 @@ def write_chunks(
             rows: list[tuple[Any, ...]] = []
             later: list[tuple[Any, ...]] = []
             context: list[ContextRef] = []
-            for p in chunk:
-                if p.key in existing or p.key in seen:
-                    continue
-                if p.key.startswith("id:"):
-                    seen.add(p.key)
-                seq = count + len(rows)
-                if p.seq is not None and p.seq != seq:
-                    raise StoreError(
-                        f"copy_messages: message {p.id} has seq {p.seq} but the history of"
-                        f" {conversation_id!r} continues at {seq}"
-                    )
+            for p, seq in _bulk.new_rows(
+                chunk, conversation_id, count, existing=existing, seen=seen
+            ):
                 ctx = previous[:CONTEXT_CHARS]
                 # The producer computed the words with the ctx it expected; rarely wrong.
                 body, index, later_rows = p.index if ctx == p.ctx else index_data(p.segments, ctx)

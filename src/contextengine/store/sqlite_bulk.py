@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from contextengine.errors import StoreError
 from contextengine.store import _common
 from contextengine.store import bulk as _bulk
 from contextengine.store.protocol import ContextRef
@@ -143,17 +142,9 @@ def write_chunk(
         rows: list[tuple[Any, ...]] = []
         fts_rows: list[tuple[int, str, str, str]] = []
         context: list[ContextRef] = []
-        for p in chunk:
-            if p.key in existing or p.key in seen:
-                continue
-            if p.key.startswith("id:"):
-                seen.add(p.key)
-            seq = count + len(rows)
-            if p.seq is not None and p.seq != seq:
-                raise StoreError(
-                    f"copy_messages: message {p.id} has seq {p.seq} but the history of"
-                    f" {conversation_id!r} continues at {seq}"
-                )
+        for p, seq in _bulk.new_rows(
+            chunk, conversation_id, int(count), existing=existing, seen=seen
+        ):
             rowid = max_rowid + 1 + len(rows)
             created = now if p.created_at is None else p.created_at
             rows.append(
