@@ -39,6 +39,7 @@ the assistant message at ``messages[i]``), ``skipped_sidechain_records``,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,36 @@ class _Boundary:
 _Item = _Assistant | _Boundary | dict[str, Any]
 
 
-def load(path: Path) -> list[Session]:
-    """Import one Claude Code session file (main session or subagent file)."""
+@dataclass
+class Scan:
+    """Pass 1 over a session file: the records that can be conversation, and their links."""
+
+    #: (line number, record as ``keep`` returned it) of every message record and
+    #: compaction boundary, sidechain records left out when there are main ones.
+    records: list[tuple[int, dict[str, Any]]]
+    links: dict[str, _Link]
+    #: Lines in the file.
+    lines: int
+    #: The first kept record's ``sessionId`` (the file's stem when it has none).
+    session_id: str
+    skipped_sidechain: int
+
+
+def scan(path: Path, keep: Callable[[dict[str, Any]], dict[str, Any]]) -> Scan:
+    """Read every record once, checking it; ``keep`` reduces what is held per record.
+
+    Shared by :func:`load` (which keeps records whole) and the streaming
+    importer (which keeps a skeleton of each and reads the file again).
+    """
     records: list[tuple[int, dict[str, Any]]] = []
     links: dict[str, _Link] = {}
     has_main = False
+    lines = 0
+    previous: str | None = None
+    first_main: str | None = None
+    first_any: str | None = None
     for lineno, record in iter_jsonl(path):
+        lines = lineno
         kind = record.get("type")
         if not isinstance(kind, str):
             raise FormatError(
@@ -98,28 +123,40 @@ def load(path: Path) -> list[Session]:
         uuid = record.get("uuid")
         is_message = kind in ("user", "assistant")
         if isinstance(uuid, str):
-            links[uuid] = _Link(
-                record.get("parentUuid"), record.get("logicalParentUuid"), lineno, is_message
-            )
+            parent = record.get("parentUuid")
+            if parent == previous:
+                parent = previous  # share the string: most records hang off the one before
+            links[uuid] = _Link(parent, record.get("logicalParentUuid"), lineno, is_message)
+            previous = uuid
         if is_message or (kind == "system" and record.get("subtype") == "compact_boundary"):
             if is_message:
                 _check_message_record(path, lineno, record)
                 has_main = has_main or not record.get("isSidechain", False)
-            records.append((lineno, record))
+            session = record.get("sessionId", path.stem)
+            if first_main is None and not record.get("isSidechain", False):
+                first_main = session
+            first_any = session if first_any is None else first_any
+            records.append((lineno, keep(record)))
 
     # A subagent file is all sidechain: then the sidechain is the conversation.
     skipped_sidechain = 0
     if has_main:
-        kept = [(n, r) for n, r in records if not r.get("isSidechain", False)]
-        skipped_sidechain = len(records) - len(kept)
-        records = kept
-    selected, skipped_branch = _select_active(records, links)
+        main = [(n, r) for n, r in records if not r.get("isSidechain", False)]
+        skipped_sidechain = len(records) - len(main)
+        records = main
+    first = first_main if has_main else first_any
+    return Scan(records, links, lines, path.stem if first is None else first, skipped_sidechain)
+
+
+def load(path: Path) -> list[Session]:
+    """Import one Claude Code session file (main session or subagent file)."""
+    scanned = scan(path, lambda record: record)
+    selected, skipped_branch = _select_active(scanned.records, scanned.links)
     items = _items(path, selected)
     messages, metadata = _assemble(items)
-    first = next((r for _, r in records), {})
     metadata.update(
-        session_id=first.get("sessionId", path.stem),
-        skipped_sidechain_records=skipped_sidechain,
+        session_id=scanned.session_id,
+        skipped_sidechain_records=scanned.skipped_sidechain,
         skipped_branch_records=skipped_branch,
     )
     return [finish(id=path.stem, path=path, format=NAME, messages=messages, metadata=metadata)]

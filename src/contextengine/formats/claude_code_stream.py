@@ -37,19 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextengine.errors import FormatError
-from contextengine.formats._source import describe, iter_jsonl
+from contextengine.formats._source import iter_jsonl
 from contextengine.formats._stream import SessionStream, finish_stream
 from contextengine.formats.claude_code import (
     NAME,
     _add_assistant_blocks,
     _Assistant,
     _Boundary,
-    _check_message_record,
-    _Link,
     _select_active,
     _text_of,
     _user_items,
+    scan,
 )
 
 __all__ = ["stream"]
@@ -105,61 +103,19 @@ def _skeleton(record: dict[str, Any]) -> dict[str, Any]:
 
 def _index(path: Path) -> _Index:
     """Pass 1: choose the records to keep, as :func:`.claude_code.load` does."""
-    records: list[tuple[int, dict[str, Any]]] = []
-    links: dict[str, _Link] = {}
-    has_main = False
-    lines = 0
-    previous: str | None = None
-    first_main: tuple[int, Any] | None = None
-    first_any: tuple[int, Any] | None = None
-    for lineno, record in iter_jsonl(path):
-        lines = lineno
-        kind = record.get("type")
-        if not isinstance(kind, str):
-            raise FormatError(
-                str(path),
-                f"line {lineno}",
-                "a Claude Code record with a 'type' key",
-                found=describe(record),
-            )
-        uuid = record.get("uuid")
-        is_message = kind in ("user", "assistant")
-        if isinstance(uuid, str):
-            parent = record.get("parentUuid")
-            if parent == previous:
-                parent = previous  # share the string: most records hang off the one before
-            links[uuid] = _Link(parent, record.get("logicalParentUuid"), lineno, is_message)
-            previous = uuid
-        if is_message or (kind == "system" and record.get("subtype") == "compact_boundary"):
-            if is_message:
-                _check_message_record(path, lineno, record)
-                has_main = has_main or not record.get("isSidechain", False)
-            # The session id the list importer reads: the first record's, after
-            # sidechain records are set aside when there are main ones.
-            if not record.get("isSidechain", False):
-                first_main = first_main or (lineno, record.get("sessionId", path.stem))
-            first_any = first_any or (lineno, record.get("sessionId", path.stem))
-            records.append((lineno, _skeleton(record)))
-
-    skipped_sidechain = 0
-    if has_main:
-        main = [(n, r) for n, r in records if not r.get("isSidechain", False)]
-        skipped_sidechain = len(records) - len(main)
-        records = main
-    first = first_main if has_main else first_any
-    selected, skipped_branch = _select_active(records, links)
-    del links, records
-
+    scanned = scan(path, _skeleton)
+    selected, skipped_branch = _select_active(scanned.records, scanned.links)
     index = _Index(
-        kept=bytearray(lines + 1),
-        last=bytearray(lines + 1),
+        kept=bytearray(scanned.lines + 1),
+        last=bytearray(scanned.lines + 1),
         summary_for={},
         result_ids=set(),
         call_ids=set(),
-        session_id=path.stem if first is None else first[1],
-        skipped_sidechain=skipped_sidechain,
+        session_id=scanned.session_id,
+        skipped_sidechain=scanned.skipped_sidechain,
         skipped_branch=skipped_branch,
     )
+    del scanned  # the skeletons not selected and the links: the bulk of pass 1's memory
     last_line: dict[str, int] = {}
     boundary: int | None = None
     filled = False
