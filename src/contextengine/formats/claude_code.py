@@ -162,6 +162,25 @@ def load(path: Path) -> list[Session]:
     return [finish(id=path.stem, path=path, format=NAME, messages=messages, metadata=metadata)]
 
 
+def assistant_message(item: _Assistant, calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The OpenAI message of one merged assistant reply with its answered ``calls``.
+
+    None when nothing is left: no text, no answered call, no thinking. A reply
+    with thinking only gets empty text, which every provider accepts.
+    """
+    text = "\n\n".join(t for t in item.text if t.strip())
+    if not text and not calls and not item.reasoning:
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if item.reasoning:
+        message["reasoning_content"] = "\n\n".join(item.reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    elif not text:
+        message["content"] = ""
+    return message
+
+
 def _check_message_record(path: Path, lineno: int, record: dict[str, Any]) -> None:
     message = record.get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), str | list):
@@ -385,16 +404,9 @@ def _assemble(items: list[_Item]) -> tuple[list[dict[str, Any]], dict[str, Any]]
         elif isinstance(item, _Assistant):
             calls = [c for c in item.tool_calls if c["id"] in results and c["id"] not in used]
             unanswered += len(item.tool_calls) - len(calls)
-            text = "\n\n".join(t for t in item.text if t.strip())
-            if not text and not calls and not item.reasoning:
+            message = assistant_message(item, calls)
+            if message is None:
                 continue
-            message: dict[str, Any] = {"role": "assistant", "content": text or None}
-            if item.reasoning:
-                message["reasoning_content"] = "\n\n".join(item.reasoning)
-            if calls:
-                message["tool_calls"] = calls
-            elif not text:
-                message["content"] = ""
             model = model or item.model
             if item.usage is not None:
                 usage.append({"index": len(messages), "usage": item.usage})

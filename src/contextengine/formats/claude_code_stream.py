@@ -47,6 +47,7 @@ from contextengine.formats.claude_code import (
     _select_active,
     _text_of,
     _user_items,
+    assistant_message,
     scan,
 )
 
@@ -219,16 +220,9 @@ class _Assembler:
         results, used = self.results, self.used
         calls = [c for c in item.tool_calls if c["id"] in results and c["id"] not in used]
         self.unanswered += len(item.tool_calls) - len(calls)
-        text = "\n\n".join(t for t in item.text if t.strip())
-        if not text and not calls and not item.reasoning:
+        message = assistant_message(item, calls)
+        if message is None:
             return
-        message: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if item.reasoning:
-            message["reasoning_content"] = "\n\n".join(item.reasoning)
-        if calls:
-            message["tool_calls"] = calls
-        elif not text:
-            message["content"] = ""
         if not self.metadata["model"]:
             self.metadata["model"] = item.model
         if item.usage is not None:
