@@ -24,9 +24,10 @@ the loop: its usage is the exact token count of the request the host built.
 Per row: HTTP requests the summariser made; compactions (with the model's
 summary, degraded by a failure, attempted but unchanged) and skipped ones; the events by
 level and reason; wall seconds spent inside the host's calls, also beyond the
-healthy row of the same engine, and the longest single call; requests the
-window guarantee had to cut; requests over the window; messages lost; and
-events that report a failure as a success. A message is *lost* when
+healthy row of the same engine, and the longest single call; turns whose
+requests the window guarantee had to cut, and the messages it left out
+(unsummarised messages a request did not carry); requests over the window;
+messages lost; and events that report a failure as a success. A message is *lost* when
 
 - (both engines) the latest user message is not verbatim in a request;
 - (compressor) one of the last ``protect_last_n`` (6) messages handed to the
@@ -226,10 +227,14 @@ def turn(i: int) -> list[Message]:
 
 
 def _marker(message: Message) -> str:
+    """The word that identifies a message of :func:`turn` (or the system prompt) in a request."""
     content = message.get("content")
     if isinstance(content, str) and content.startswith("["):
         return content[: content.index("]") + 1]
-    return f"r{message['tool_calls'][0]['id'].split('_')[1]}.txt"  # the call's arguments
+    calls = message.get("tool_calls") or []
+    if calls and str(calls[0].get("id", "")).startswith("call_"):
+        return f"r{calls[0]['id'].split('_')[1]}.txt"  # the call's arguments
+    return ""  # a summary or another message the engine wrote
 
 
 def _text(messages: Sequence[Message]) -> str:
@@ -270,6 +275,7 @@ class Row:
     hook_s: float = 0.0
     max_call_s: float = 0.0
     window_cuts: int = 0
+    left_out: int = 0
     over_window: int = 0
     lost: int = 0
     misreported: int = 0
@@ -355,12 +361,17 @@ def run_row(fault: Fault, engine_name: str, turns: int) -> Row:
                 row.max_call_s = max(row.max_call_s, spent)
 
         usage: dict[str, int] = {}
+        left_out: set[str] = set()
 
         def send(history: list[Message], latest_user: Message) -> None:
             request = timed(host.prepare_request, history)
             if count_message_tokens(request, MODEL) > CONTEXT_LENGTH:
                 row.over_window += 1
             text = _text(request)
+            for message in host.history:
+                marker = _marker(message)
+                if marker and marker not in text:
+                    left_out.add(marker)
             if str(latest_user["content"]) not in text:
                 row.lost += 1
                 row.problems.append(f"latest user message {_marker(latest_user)} not sent")
@@ -400,6 +411,7 @@ def run_row(fault: Fault, engine_name: str, turns: int) -> Row:
             row.status += f", resumes in {resumes:.0f} s" if resumes else ""
         finally:
             row.requests = len(server.requests)
+            row.left_out = len(left_out)
             summarizer.close()
             close = getattr(engine, "close", None)
             if close is not None:
@@ -468,8 +480,8 @@ def table(rows: Sequence[Row]) -> list[str]:
         "| fault | engine | HTTP requests | at turns"
         " | compactions ok / degraded / unchanged / skipped | events (level: reason n)"
         " | s in host calls | beyond healthy | longest call s"
-        " | window cuts | over window | lost | misreported | status at the end |",
-        "|---|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " | window cuts | left out | over window | lost | misreported | status at the end |",
+        "|---|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         extra = r.hook_s - baseline[r.engine] if r.engine in baseline else float("nan")
@@ -477,7 +489,7 @@ def table(rows: Sequence[Row]) -> list[str]:
             f"| {r.fault}: {what[r.fault]} | {r.engine} | {r.requests} | {_turns(r.request_turns)}"
             f" | {r.compacted} / {r.degraded} / {r.unchanged} / {r.skipped} | {_events(r.events)}"
             f" | {r.hook_s:.2f} | {extra:+.2f} | {r.max_call_s:.2f} | {r.window_cuts}"
-            f" | {r.over_window} | {r.lost} | {r.misreported} | {r.status} |"
+            f" | {r.left_out} | {r.over_window} | {r.lost} | {r.misreported} | {r.status} |"
         )
     return lines
 
@@ -526,7 +538,9 @@ def run(
         " *beyond healthy* the same minus the healthy row's; *longest call*, the longest single"
         " host call (the wait cap bounds what a compaction waits on the summariser); *window"
         " cuts*, turns in which the window guarantee cut or left out messages of a request"
-        " (automatic compaction paused by a cooldown); *lost* and *misreported* as defined"
+        " (automatic compaction paused by a cooldown); *left out*, distinct messages still"
+        " in the host's history (not summarised) that a request did not carry at all, whole"
+        " or as an excerpt; *lost* and *misreported* as defined"
         " above; *status*, `get_status()` after the session (`resumes in` counts agent time).",
     ]
     problems = [f"{r.fault}/{r.engine}: {p}" for r in rows for p in r.problems]
