@@ -96,6 +96,19 @@ def test_other_failures_fall_back_to_the_deterministic_summary(summarizer: Any, 
     assert e.compression_count == 1
 
 
+def test_a_summary_that_fills_the_threshold_falls_back_even_when_its_input_was_longer() -> None:
+    # Found by benchmarks/reliability/faults.py: after a cooldown let the middle grow
+    # past a runaway 6,000-token answer, the compressor took that answer, reported an
+    # "info" success, and left every later request to be cut by the window guarantee.
+    convo = coding_session(chatter=6_000)
+    e = engine(ScriptedSummarizer("summary " * 12_500))  # under its input, over 12,000
+    out = e.compress(convo)
+    report = e.last_compression
+    assert report is not None and report.fallback_used
+    assert report.cause == "over_budget" and "fills the 12000-token threshold" in report.reason
+    assert count_message_tokens(out) < e.threshold_tokens
+
+
 # ---------------------------------------------------------------- cooldown
 
 

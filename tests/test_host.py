@@ -232,6 +232,16 @@ def test_a_reason_below_the_threshold_is_not_a_warning() -> None:
     assert not events
 
 
+def test_an_engine_below_its_threshold_is_not_skipped_when_the_host_estimate_is_over() -> None:
+    # lcm judges its own view, smaller than the host's history: its "below_threshold"
+    # came out as a "Context compaction skipped: below threshold." warning.
+    engine = RecordingEngine()
+    engine.should_compress_info = lambda prompt_tokens=None: (False, "below_threshold")  # type: ignore[method-assign]
+    host, events = make_host(engine, context_length=200)  # the history is over the threshold
+    host.prepare_request(conversation(2))
+    assert not compactions(events)
+
+
 def test_deferring_to_real_usage_skips_the_preflight_check() -> None:
     engine = RecordingEngine(should_compress=True)
     engine.should_defer_preflight_to_real_usage = lambda rough_tokens: True  # type: ignore[method-assign]

@@ -300,7 +300,14 @@ class _CompactionPolicy(_HostState):
         info = yield from self._op_decide(_hook(engine.should_compress_info, tokens), (False, None))
         needed, reason = (bool(info[0]), info[1]) if isinstance(info, tuple) else (bool(info), None)
         size = engine.last_prompt_tokens if tokens is None else tokens
-        blocked = bool(not needed and reason and 0 < engine.threshold_tokens <= size)
+        # "below_threshold" is never a block, even when the host's estimate is over
+        # the threshold: lcm judges its own (smaller) view, not the host's history.
+        blocked = bool(
+            not needed
+            and reason
+            and reason != "below_threshold"
+            and 0 < engine.threshold_tokens <= size
+        )
         if blocked:
             self._skipped(phase, trigger, _cause_of_block(str(reason)), size)
         return needed, blocked

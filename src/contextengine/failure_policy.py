@@ -78,7 +78,7 @@ _PLAIN: dict[str, str] = {
     "timeout": "the summary model did not answer in time",
     "server_error": "the summary model failed",
     "bad_response": "the summary model's answer was not a usable summary",
-    "over_budget": "the summary was longer than what it summarised",
+    "over_budget": "the summary was longer than what it summarised or than the context holds",
     "cooldown": "the summary model is cooling down after a failure",
     "ineffective": "compaction frees too little to bring the conversation under the threshold",
 }

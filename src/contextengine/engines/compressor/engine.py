@@ -601,7 +601,7 @@ class ContextCompressor(ContextEngine):
 
         Failures follow the shared :class:`~contextengine.failure_policy.FailurePolicy`:
         an auth error aborts (and cools down); any other failure, a summary
-        no smaller than its input, or a cooldown in progress means the
+        longer than its input or filling the threshold, or a cooldown in progress means the
         offline fallback writes the summary. The report records the cause.
         """
         policy = self.failure_policy
@@ -627,7 +627,7 @@ class ContextCompressor(ContextEngine):
                     cause, error, retry_after=getattr(exc, "retry_after", None)
                 )
             else:
-                problem = _check_summary(body, input_tokens, self.model)
+                problem = _check_summary(body, input_tokens, self.model, self.threshold_tokens)
                 if problem is None:
                     policy.summarizer_succeeded()
                     return body.strip(), ""
@@ -710,8 +710,15 @@ def _is_valid(messages: list[Message]) -> bool:
     return True
 
 
-def _check_summary(body: Any, input_tokens: int, model: str) -> tuple[FailureCause, str] | None:
-    """Why a summariser's answer is unusable, as (cause, words), or None when it is fine."""
+def _check_summary(
+    body: Any, input_tokens: int, model: str, threshold_tokens: int = 0
+) -> tuple[FailureCause, str] | None:
+    """Why a summariser's answer is unusable, as (cause, words), or None when it is fine.
+
+    Too long is longer than its input, or (``threshold_tokens`` > 0) at or over
+    the threshold: a middle that grew during a cooldown can be longer than a
+    runaway answer, which would then fill the context on its own.
+    """
     if not isinstance(body, str) or not body.strip():
         return "bad_response", "empty summary"
     tokens = count_tokens(body, model or None)
@@ -719,6 +726,11 @@ def _check_summary(body: Any, input_tokens: int, model: str) -> tuple[FailureCau
         return (
             "over_budget",
             f"summary of {tokens} tokens is longer than its input ({input_tokens})",
+        )
+    if 0 < threshold_tokens <= tokens:
+        return (
+            "over_budget",
+            f"summary of {tokens} tokens alone fills the {threshold_tokens}-token threshold",
         )
     return None
 
