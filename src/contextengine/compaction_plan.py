@@ -108,8 +108,8 @@ class CompressionPlan:
     Returned by :meth:`ContextEngine.plan_compression` (and the hosts'
     ``plan_compression``): no summariser is called and the conversation is
     not changed. Token figures are the engine's own counts; the size after is
-    an estimate that assumes each summary uses its whole budget, so the real
-    result is usually smaller.
+    an estimate (the engine's docstring says how it guesses the summaries'
+    size), good to tell a big saving from a small one, not to the token.
     """
 
     #: The engine that made the plan.

@@ -54,6 +54,7 @@ from contextengine.engines.compressor.boundaries import (
 from contextengine.engines.compressor.prune import prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import (
+    frame_summary,
     is_summary_message,
     place_summary,
     split_summary,
@@ -344,8 +345,10 @@ class ContextCompressor(ContextEngine):
         The regions are those :meth:`compress` would cut. Without
         ``keep_last``, when pruning old tool outputs alone would reach
         ``target_tokens`` (pass 1), the plan says so and summarises nothing;
-        otherwise the middle is summarised and the summary is estimated at
-        ``summary_token_budget`` (or the middle's size, when smaller).
+        otherwise the middle is summarised, and the summary is estimated at a
+        third of what it replaces, within ``summary_token_budget``: the size
+        after is an estimate, never above the size before (a summary that
+        would not shrink the conversation is not committed).
         """
         tokens = LazyTokens(messages, self._count)
         regions = self._regions(messages, tokens, keep_last)
@@ -391,7 +394,10 @@ class ContextCompressor(ContextEngine):
         if regions.pinned is not None:
             stays += regions.tokens[regions.pinned]
         removed = before - REPLY_PRIMING_TOKENS - stays
-        summary = min(self.summary_token_budget, middle_tokens)
+        # The summary is asked for within summary_token_budget; a third of what
+        # it replaces is the ratio the lossless engine budgets its leaves with.
+        summary = min(self.summary_token_budget, max(64, middle_tokens // 3))
+        summary += count_tokens(frame_summary(""), self.model or None)
         after = min(before, before - removed + summary)
         note = "the latest user message is kept verbatim too" if regions.pinned is not None else ""
         return replace(

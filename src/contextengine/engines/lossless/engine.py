@@ -41,6 +41,8 @@ from contextengine.commands import ChatCommand
 from contextengine.compaction_plan import CompressionPlan, keep_last_cut
 from contextengine.engine import ContextEngine, sanitize_memory_context
 from contextengine.engines.lossless.assemble import (
+    REFERENCE_CLOSE,
+    REFERENCE_OPEN,
     ContextItem,
     TailSplit,
     View,
@@ -68,7 +70,7 @@ from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
 from contextengine.summary_prompt import content_text
-from contextengine.tokens import message_tokens
+from contextengine.tokens import count_tokens, message_tokens
 from contextengine.usage import normalize_usage
 
 __all__ = ["LosslessEngine"]
@@ -78,6 +80,8 @@ Message = dict[str, Any]
 # The "[summary sum_… · depth 0 · messages seq a–b]" header and the covers
 # line a leaf summary carries besides its body (ids listed, at most eight).
 _LEAF_OVERHEAD_TOKENS = 120
+# The fences of the reference block the first summary opens.
+_REFERENCE_BLOCK_TOKENS = count_tokens(REFERENCE_OPEN + REFERENCE_CLOSE)
 
 
 def _fingerprint(message: Message) -> str:
@@ -621,6 +625,8 @@ class LosslessEngine(ContextEngine):
             estimate += self._leaf_estimate(chunk)
         tokens = sum(item.tokens for item in chosen)
         before = self._estimate_tokens()
+        has_block = any(item.kind == "summary" for item in items)
+        opening = 0 if has_block or not chosen else _REFERENCE_BLOCK_TOKENS
         kept = sum(1 for item in items[split.tail_start :] if item.kind == "message")
         return CompressionPlan(
             engine=self.name,
@@ -629,7 +635,10 @@ class LosslessEngine(ContextEngine):
             kept_messages=kept,
             keep_last=keep_last,
             tokens_before=before,
-            estimated_tokens_after=min(before, before - tokens + estimate),
+            # Not capped at ``before``: summaries of a few short messages, with
+            # their headers and the reference block, can outweigh them, and lcm
+            # commits them anyway (each summary is smaller than its input).
+            estimated_tokens_after=before - tokens + estimate + opening,
             previous_summaries=sum(1 for item in head if item.kind == "summary"),
             focus_topic=focus_topic,
             note="the originals stay in the archive: lcm_grep and lcm_expand reach them",
