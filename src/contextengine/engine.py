@@ -17,6 +17,10 @@ order) calls its hooks in this lifecycle::
     on_session_end(session_id, messages)   once, at a real session boundary
     on_session_reset()                     when the user starts over
 
+    on demand: has_content_to_compress → compress(force=True, keep_last=...)  (manual)
+               plan_compression(...)       a preview: no summariser, nothing changed
+               chat_commands()             slash commands for the person (contextengine chat)
+
 The method names and signatures are public API: engines written against this
 contract must keep working, so new information reaches hooks as new keyword
 arguments that :func:`call_with_supported_kwargs` filters for old engines.

@@ -22,8 +22,11 @@ How a host drives it (see :class:`~contextengine.ContextEngine` for the order):
   per call grows with the new messages only. A host that replaces its history
   with the view :meth:`compress` returned is recognised (its reference blocks
   and large-content references are the engine's own and are never stored).
-* ``should_compress`` / ``compress`` summarise what is outside the fresh tail;
-  ``compress`` returns the new view.
+* ``should_compress`` / ``compress`` summarise what is outside the fresh tail
+  (or before the last ``keep_last`` messages, for a manual compaction);
+  ``compress`` returns the new view. ``plan_compression`` previews that.
+* ``chat_commands`` gives ``contextengine chat`` the ``/grep`` command
+  (:mod:`.chat_commands`).
 """
 
 from __future__ import annotations
