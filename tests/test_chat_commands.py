@@ -49,6 +49,20 @@ def make_recording() -> RecordingEngine:
     return engine
 
 
+class _OldEngine(RecordingEngine):
+    """Written before keep_last: its compress does not name it."""
+
+    def compress(  # type: ignore[override]  # the old signature, on purpose
+        self, messages: list[Message], current_tokens: int | None = None, **kwargs: Any
+    ) -> list[Message]:
+        return super().compress(messages, current_tokens)
+
+
+def make_old() -> RecordingEngine:
+    """``--engine test_chat_commands:make_old``."""
+    return _OldEngine(name="old")
+
+
 def run_chat(server: ScriptedOpenAIServer, tmp_path: Path, *lines: str, engine: str) -> Result:
     script = tmp_path / "turns.txt"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -203,6 +217,22 @@ def test_a_mistyped_compress_is_one_line_and_changes_nothing(
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and needle in errors[0] and "usage: /compress" in errors[0]
     assert "[context]" not in out
+    assert contents(bodies[2])[1:] == ["q1", "a1", "q2", "a2", "q3"]
+
+
+def test_an_engine_that_cannot_keep_a_tail_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    with ScriptedOpenAIServer() as server:
+        for answer in ("a1", "a2", "a3"):
+            server.add_reply(answer)
+        result = run_chat(
+            server, tmp_path, "q1", "q2", "/compress --preview here 1", "/compress here 1", "q3",
+            engine="test_chat_commands:make_old",
+        )  # fmt: skip
+        bodies = server.requests
+    out = result.output
+    assert result.exit_code == 0, out
+    assert "no preview: the old engine cannot preview a compaction" in out
+    assert "[context warning] The old engine cannot keep a chosen number of messages" in out
     assert contents(bodies[2])[1:] == ["q1", "a1", "q2", "a2", "q3"]
 
 
