@@ -173,3 +173,40 @@ def test_session_reset_clears_conversation_state(engine: ContextEngine) -> None:
     assert engine.compression_count == 0
     engine.on_session_start("contract-session-2")
     assert engine.threshold_tokens == int(CONTEXT_LENGTH * engine.threshold_percent)
+
+
+# ------------------------------------------------------------ manual compaction: keep_last, plan
+
+
+def test_compress_keep_last_keeps_exactly_the_tail_and_compacts_the_rest(
+    engine: ContextEngine,
+) -> None:
+    messages = conversation(12)
+    snapshot = copy.deepcopy(messages)
+    # The last 3 are [tool, tool, assistant]: the cut moves back to the call, keeping 4.
+    output = engine.compress(messages, force=True, keep_last=3)
+    assert messages == snapshot
+    validate_messages(output)
+    assert output[0] == messages[0]
+    assert output[-4:] == messages[-4:]
+    assert len(output) == 1 + 1 + 4  # system prompt, one summary message, the tail
+    assert count_message_tokens(output) < count_message_tokens(messages)
+
+
+def test_plan_compression_previews_what_compress_does_and_changes_nothing(
+    engine: ContextEngine,
+) -> None:
+    messages = conversation(12)
+    snapshot = copy.deepcopy(messages)
+    count = engine.compression_count
+    plan = engine.plan_compression(messages, keep_last=3, focus_topic="bug #103")
+    assert plan is not None and plan.engine == engine.name
+    assert messages == snapshot and engine.compression_count == count
+    assert (plan.keep_last, plan.kept_messages, plan.moved) == (3, 4, True)
+    assert plan.focus_topic == "bug #103"
+    # Everything between the system prompt and the kept tail, oldest first.
+    assert [m.get("content") for m in plan.messages] == [m.get("content") for m in messages[1:-4]]
+    assert plan.tokens_to_summarize > 0
+    assert plan.estimated_tokens_after < plan.tokens_before
+    assert plan.estimated_saving == plan.tokens_before - plan.estimated_tokens_after
+    assert engine.compress(messages, force=True, keep_last=3)[-4:] == messages[-4:]

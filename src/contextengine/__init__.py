@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from contextengine.async_host import AsyncContextHost
+from contextengine.commands import ChatCommand, ChatCommandInput
+from contextengine.compaction_plan import CompressionPlan, KeepCut, keep_last_cut
 from contextengine.engine import (
     ContextEngine,
     automatic_compaction_status_message,
@@ -74,7 +76,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncContextHost",
+    "ChatCommand",
+    "ChatCommandInput",
     "CompactionEvent",
+    "CompressionPlan",
     "CompressionReport",
     "ConfigError",
     "ContextCompressor",
@@ -88,6 +93,7 @@ __all__ = [
     "FormatError",
     "HostEvent",
     "InvalidMessagesError",
+    "KeepCut",
     "LosslessEngine",
     "Observer",
     "OpenAICompatibleSummarizer",
@@ -114,6 +120,7 @@ __all__ = [
     "is_context_overflow_error",
     "is_summary_message",
     "iter_sessions",
+    "keep_last_cut",
     "load_engine",
     "load_session",
     "load_sessions",

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from contextengine._host_state import Message, Op, _describe, _hook, _HostState, logger
+from contextengine.compaction_plan import CompressionPlan, KeepCut, accepts_keyword, keep_last_cut
 from contextengine.engine import automatic_compaction_status_message, sanitize_memory_context
 from contextengine.events import CompactionEvent, Level, Phase
 from contextengine.failure_policy import FAILURE_CAUSES, describe_cause
@@ -93,11 +94,13 @@ class _CompactionPolicy(_HostState):
         max_passes: int,
         focus_topic: str | None = None,
         force: bool = False,
+        kept: KeepCut | None = None,
     ) -> Op[list[Message]]:
         """Compress up to ``max_passes`` times, stopping when a pass frees nothing.
 
         Returns the new history, or ``messages`` itself when nothing changed.
-        Emits exactly one CompactionEvent.
+        Emits exactly one CompactionEvent. ``kept`` is the cut of a manual
+        ``keep_last`` compaction: passed on as ``keep_last`` and told to the user.
         """
         started = time.perf_counter()
         before = self._rough(messages)
@@ -110,6 +113,8 @@ class _CompactionPolicy(_HostState):
         extra: dict[str, Any] = {}
         if self.memory_context.strip():
             extra["memory_context"] = sanitize_memory_context(self.memory_context)
+        if kept is not None:
+            extra["keep_last"] = kept.requested
         real = self.engine.last_prompt_tokens
         while passes < max_passes:
             passes += 1
@@ -164,6 +169,7 @@ class _CompactionPolicy(_HostState):
             count_before=len(messages),
             count_after=len(current),
             extra={"engine_message": engine_message} if engine_message else {},
+            cut=kept,
         )
         if level != "info":
             logger.warning("%s", message)
@@ -203,6 +209,7 @@ class _CompactionPolicy(_HostState):
         count_before: int,
         count_after: int,
         extra: dict[str, Any],
+        cut: KeepCut | None = None,
     ) -> tuple[str | None, Level, str]:
         """The sentence, level and machine-readable reason of a compaction attempt."""
         detail = f"{before:,} → {after:,} tokens, {count_before} → {count_after} messages"
@@ -237,7 +244,8 @@ class _CompactionPolicy(_HostState):
                 cause,
             )
         if phase == "manual":
-            return f"Compacted the conversation ({detail}).", "info", ""
+            also = f"; {cut.describe()}" if cut is not None else ""
+            return f"Compacted the conversation ({detail}){also}.", "info", ""
         default = f"Context compacted automatically ({detail})."
         try:
             line = automatic_compaction_status_message(
@@ -346,31 +354,61 @@ class _CompactionPolicy(_HostState):
             return messages
         return (yield from self._compact(messages, phase="preflight", trigger=why, max_passes=left))
 
-    def _op_compress_now(
-        self, messages: list[Message], focus_topic: str | None
-    ) -> Op[list[Message]]:
-        self._adopt(messages)
-        has_content = yield from self._op_decide(
-            _hook(self.engine.has_content_to_compress, messages, blocking=True), True
-        )
-        trigger = "manual request" + (f" (focus: {focus_topic})" if focus_topic else "")
-        if not has_content:
-            size = self._rough(messages)
-            self._emit(
-                CompactionEvent(
-                    phase="manual",
-                    trigger=trigger,
-                    tokens_before=size,
-                    tokens_after=size,
-                    messages_before=len(messages),
-                    messages_after=len(messages),
-                    aborted=True,
-                    message="Nothing to compress.",
-                    level="info",
-                    engine=self.engine_name,
-                    session_id=self.session_id,
-                )
+    def _manual_skip(
+        self, messages: list[Message], trigger: str, message: str, level: Level, reason: str = ""
+    ) -> None:
+        """The event of a manual compaction that did not run (nothing to do, not supported)."""
+        size = self._rough(messages)
+        self._emit(
+            CompactionEvent(
+                phase="manual",
+                reason=reason,
+                trigger=trigger,
+                tokens_before=size,
+                tokens_after=size,
+                messages_before=len(messages),
+                messages_after=len(messages),
+                aborted=True,
+                message=message,
+                level=level,
+                engine=self.engine_name,
+                session_id=self.session_id,
             )
+        )
+
+    def _op_compress_now(
+        self, messages: list[Message], focus_topic: str | None, keep_last: int | None = None
+    ) -> Op[list[Message]]:
+        # A bad keep_last is the caller's mistake: raised before anything happens.
+        kept = keep_last_cut(messages, keep_last) if keep_last is not None else None
+        self._adopt(messages)
+        trigger = "manual request"
+        if kept is not None:
+            trigger += f" (keep last {kept.requested})"
+        if focus_topic:
+            trigger += f" (focus: {focus_topic})"
+        if kept is not None and not accepts_keyword(self.engine.compress, "keep_last"):
+            self._manual_skip(
+                messages,
+                trigger,
+                f"The {self.engine_name} engine cannot keep a chosen number of messages (its "
+                "compress has no keep_last argument); the conversation is unchanged.",
+                "warning",
+                "unsupported",
+            )
+            return messages
+        check = self.engine.has_content_to_compress
+        if kept is None:
+            has_content = yield from self._op_decide(_hook(check, messages, blocking=True), True)
+        elif accepts_keyword(check, "keep_last"):
+            has_content = yield from self._op_decide(
+                _hook(check, messages, blocking=True, keep_last=kept.requested), True
+            )
+        else:
+            has_content = True  # its answer would be about its own tail, not the one asked for
+        if not has_content:
+            note = f" ({kept.describe()}: nothing before them)" if kept is not None else ""
+            self._manual_skip(messages, trigger, f"Nothing to compress{note}.", "info")
             return messages
         return (
             yield from self._compact(
@@ -380,8 +418,35 @@ class _CompactionPolicy(_HostState):
                 max_passes=1,
                 focus_topic=focus_topic,
                 force=True,
+                kept=kept,
             )
         )
+
+    def _op_plan_compression(
+        self, messages: list[Message], focus_topic: str | None, keep_last: int | None
+    ) -> Op[CompressionPlan | None]:
+        """The engine's plan of a manual compaction, or None when it cannot make one."""
+        if keep_last is not None:
+            keep_last_cut(messages, keep_last)  # the same ValueError as compress_now
+            if not accepts_keyword(self.engine.compress, "keep_last"):
+                return None  # it could not carry the plan out
+        plan = yield from self._op_decide(
+            _hook(
+                self.engine.plan_compression,
+                messages,
+                blocking=True,
+                keep_last=keep_last,
+                focus_topic=focus_topic,
+            ),
+            None,
+        )
+        if plan is not None and not isinstance(plan, CompressionPlan):
+            self._note_once(
+                "hook_failed",
+                f"plan_compression returned {type(plan).__name__}, not a CompressionPlan",
+            )
+            return None
+        return plan
 
     def _op_handle_overflow(self, messages: list[Message]) -> Op[list[Message]]:
         self._adopt(messages)

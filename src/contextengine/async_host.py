@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from contextengine._host_core import HookCall, Message, Op, _HostCore
+from contextengine.compaction_plan import CompressionPlan
 from contextengine.engine import ContextEngine, call_with_supported_kwargs
 
 __all__ = ["AsyncContextHost"]
@@ -123,10 +124,24 @@ class AsyncContextHost(_HostCore):
         await self._run(self._op_reset_session(new_session_id, messages))
 
     async def compress_now(
-        self, messages: list[Message], focus_topic: str | None = None
+        self,
+        messages: list[Message],
+        focus_topic: str | None = None,
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
-        """The manual ``/compress``."""
-        return await self._run(self._op_compress_now(messages, focus_topic))
+        """The manual ``/compress``; ``keep_last`` as in :meth:`ContextHost.compress_now`."""
+        return await self._run(self._op_compress_now(messages, focus_topic, keep_last))
+
+    async def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan | None:
+        """What :meth:`compress_now` would summarise; see :meth:`ContextHost.plan_compression`."""
+        return await self._run(self._op_plan_compression(messages, focus_topic, keep_last))
 
     async def handle_overflow(self, messages: list[Message]) -> list[Message]:
         """Compress (forced) after a provider "context too long" error, before one retry."""

@@ -17,6 +17,10 @@ order) calls its hooks in this lifecycle::
     on_session_end(session_id, messages)   once, at a real session boundary
     on_session_reset()                     when the user starts over
 
+    on demand: has_content_to_compress → compress(force=True, keep_last=...)  (manual)
+               plan_compression(...)       a preview: no summariser, nothing changed
+               chat_commands()             slash commands for the person (contextengine chat)
+
 The method names and signatures are public API: engines written against this
 contract must keep working, so new information reaches hooks as new keyword
 arguments that :func:`call_with_supported_kwargs` filters for old engines.
@@ -33,10 +37,14 @@ import contextlib
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextengine.redact import redact
+
+if TYPE_CHECKING:
+    from contextengine.commands import ChatCommand
+    from contextengine.compaction_plan import CompressionPlan
 
 __all__ = [
     "ContextEngine",
@@ -130,6 +138,8 @@ class ContextEngine(ABC):
         focus_topic: str | None = None,
         force: bool = False,
         memory_context: str = "",
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
         """Transform: return a valid OpenAI-format message list that fits the budget.
 
@@ -138,6 +148,14 @@ class ContextEngine(ABC):
         user's ``focus_topic``). ``force`` bypasses engine-owned cooldowns;
         ``memory_context`` is text from a memory provider for the summary
         prompt. The input list must not be mutated.
+
+        ``keep_last`` (manual compaction only; None otherwise) replaces the
+        engine's own tail: keep the last ``keep_last`` messages verbatim, cut
+        at :func:`~contextengine.compaction_plan.keep_last_cut` (moved back so
+        a tool call stays with its results), and compact everything between
+        the system prompt and the cut. The host passes it only to engines
+        whose ``compress`` names it; an engine that does not is told nothing
+        and the user is told it cannot.
         """
 
     # ------------------------------------------------------------------ decisions
@@ -167,13 +185,33 @@ class ContextEngine(ABC):
         """
         return False
 
-    def has_content_to_compress(self, messages: list[Message]) -> bool:
+    def has_content_to_compress(
+        self, messages: list[Message], *, keep_last: int | None = None
+    ) -> bool:
         """Whether :meth:`compress` could free anything; False skips a manual compress.
 
         Called by the host on a manual ``/compress`` before calling
-        :meth:`compress`. Default: True.
+        :meth:`compress`, with the ``keep_last`` the user asked for (if any,
+        and if this signature names it). Default: True.
         """
         return True
+
+    def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan | None:
+        """Decide: what a manual :meth:`compress` would summarise, without doing it.
+
+        Called by the host for a preview (``/compress --preview``,
+        ``host.plan_compression``). Must not call a summariser nor change the
+        conversation; an engine that archives messages may store the ones it
+        has not seen, as on any hook. Default: None ("this engine cannot
+        preview"), which the host reports as such.
+        """
+        return None
 
     # ------------------------------------------------------------------ transforms
 
@@ -280,6 +318,16 @@ class ContextEngine(ABC):
         None (the marker then only says that text was cut).
         """
         return None
+
+    def chat_commands(self) -> Mapping[str, ChatCommand]:
+        """Slash commands this engine adds to ``contextengine chat``, by name (no slash).
+
+        Called once by the chat when it starts; see :mod:`contextengine.commands`
+        for the rules (names, clashes with built-ins, what a handler gets and
+        how its errors are shown). The handlers are for the person at the
+        terminal, as :meth:`get_tool_schemas` is for the model. Default: {}.
+        """
+        return {}
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """Tools this engine offers the model, as OpenAI function schemas. Default: []."""

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from contextengine._host_core import HookCall, Message, Op, _HostCore
+from contextengine.compaction_plan import CompressionPlan
 from contextengine.engine import call_with_supported_kwargs
 
 __all__ = ["ContextHost", "HookCall"]
@@ -140,10 +141,37 @@ class ContextHost(_HostCore):
         _drive(self._op_reset_session(new_session_id, messages))
 
     def compress_now(
-        self, messages: list[Message], focus_topic: str | None = None
+        self,
+        messages: list[Message],
+        focus_topic: str | None = None,
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
-        """The manual ``/compress``: always reported; returns the history to continue with."""
-        return _drive(self._op_compress_now(messages, focus_topic))
+        """The manual ``/compress``: always reported; returns the history to continue with.
+
+        ``keep_last=N`` keeps the last N messages verbatim and compacts
+        everything before them (the system prompt excepted); the cut moves
+        back to a tool call when it would separate it from its results, and
+        the event says how many were kept. An engine whose ``compress`` has no
+        ``keep_last`` argument is not called: the event says it cannot.
+        Raises ``ValueError`` for a negative N.
+        """
+        return _drive(self._op_compress_now(messages, focus_topic, keep_last))
+
+    def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan | None:
+        """What :meth:`compress_now` would summarise, without a summariser call or any change.
+
+        The engine's :meth:`~contextengine.ContextEngine.plan_compression`;
+        None when the engine cannot preview (or cannot honour ``keep_last``).
+        No event is emitted and the history is not adopted.
+        """
+        return _drive(self._op_plan_compression(messages, focus_topic, keep_last))
 
     def handle_overflow(self, messages: list[Message]) -> list[Message]:
         """Recover from a provider "context too long" error: compress (forced) before one retry.

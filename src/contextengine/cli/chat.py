@@ -7,10 +7,16 @@ prints a one-line notice, and the session is saved after every turn. Slash
 commands::
 
     /compress [focus]   compact now, optionally prioritising a topic
+    /compress here N    keep the last N messages, compact the rest (also --keep N)
+    /compress --preview what would be summarised and the saving; changes nothing
     /status             context usage bar, threshold, compactions
     /engine             the active engine and its tools
     /reset              start a new session (the old one stays saved)
+    /help               the commands, the engine's own included
     /quit               save and leave (also Ctrl-D)
+
+The engine may add commands (``ContextEngine.chat_commands``; lcm adds
+``/grep WORDS``); :mod:`contextengine.chat.commands` parses and dispatches.
 
 ``--script FILE`` runs one turn (or slash command) per non-empty line and
 exits: the command's tests drive it that way against the scripted server.
@@ -36,6 +42,12 @@ import click
 import httpx
 
 from contextengine.chat.agent import ChatAgent, ChatClient
+from contextengine.chat.commands import (
+    compress_command,
+    engine_commands,
+    help_text,
+    run_engine_command,
+)
 from contextengine.chat.session_store import SessionInfo, SessionStore, data_dir
 from contextengine.cli._output import emit_json, json_options
 from contextengine.config import ResolvedConfig, resolve_config
@@ -100,6 +112,8 @@ class _Session:
         #: Whether this session is in the store (resumed, or saved since).
         self.saved = saved
         self.failed_turns = 0
+        #: The engine's own slash commands, checked once (a skipped one is announced).
+        self.engine_commands = engine_commands(self.host.engine, self.host.engine_name, click.echo)
 
     def save(self) -> None:
         """Save the history, unless nothing was said yet in a session never saved."""
@@ -121,8 +135,12 @@ class _Session:
         if name in ("quit", "exit", "q"):
             return False
         if name == "compress":
-            self.agent.history = self.host.compress_now(self.agent.history, rest or None)
-            self.save()
+            history, text = compress_command(self.host, self.agent.history, rest)
+            if text:
+                click.echo(text)
+            if history is not self.agent.history:
+                self.agent.history = history
+                self.save()
         elif name == "status":
             click.echo(_status_line(self.host))
         elif name == "engine":
@@ -140,8 +158,16 @@ class _Session:
             self.saved = False
             self.agent.history = [{"role": "system", "content": self.system}]
             click.echo(f"new session {new_id}")
+        elif name == "help":
+            click.echo(help_text(self.engine_commands, self.host.engine_name))
+        elif name in self.engine_commands:
+            output = run_engine_command(
+                name, self.engine_commands[name], rest, self.host, self.agent.history
+            )
+            if output:
+                click.echo(output)
         else:
-            click.echo("commands: /compress [focus], /status, /engine, /reset, /quit")
+            click.echo(f"unknown command /{name}; /help lists the commands")
         return True
 
     def turn(self, text: str) -> None:
@@ -224,8 +250,9 @@ def chat(
 ) -> None:
     """Chat with a model through a context engine (a reference agent).
 
-    Type a message, or a slash command: /compress [focus], /status, /engine,
-    /reset, /quit.
+    Type a message, or a slash command: /compress [here N | --keep N]
+    [--preview] [focus], /status, /engine, /reset, /help, /quit, and those the
+    engine adds (lcm: /grep WORDS).
     """
     with SessionStore(data_dir() / "sessions.db") as store:
         saved = store.info(resume_id) if resume_id else None

@@ -14,7 +14,9 @@ later changes by the caller do not rewrite history). Behaviour is
 configurable per hook; the defaults are harmless: never compress on its own,
 and when asked to compress, keep the system prompt and the last
 ``keep_last`` messages (starting at a user message, so tool pairs stay
-whole) behind one summary note.
+whole) behind one summary note. A manual compaction's ``keep_last`` is
+honoured exactly (:func:`~contextengine.compaction_plan.keep_last_cut`), and
+:meth:`RecordingEngine.plan_compression` previews it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from contextengine.compaction_plan import CompressionPlan, keep_last_cut
 from contextengine.engine import ContextEngine
+from contextengine.tokens import count_message_tokens
 
 __all__ = ["RecordingEngine"]
 
@@ -46,6 +50,16 @@ def _default_compress(messages: list[Message], keep_last: int) -> list[Message]:
         return list(messages)
     note = {"role": "user", "content": f"[{cut} earlier messages were compacted]"}
     return [*head, note, *body[cut:]]
+
+
+def _keep_compress(messages: list[Message], keep_last: int) -> list[Message]:
+    """The system prompts, one note, and exactly the last ``keep_last`` messages (cut made safe)."""
+    cut = keep_last_cut(messages, keep_last)
+    folded = cut.index - cut.system_end
+    if folded <= 0:
+        return list(messages)
+    note = {"role": "user", "content": f"[{folded} earlier messages were compacted]"}
+    return [*messages[: cut.system_end], note, *messages[cut.index :]]
 
 
 class RecordingEngine(ContextEngine):
@@ -132,6 +146,8 @@ class RecordingEngine(ContextEngine):
         focus_topic: str | None = None,
         force: bool = False,
         memory_context: str = "",
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
         self._record(
             "compress",
@@ -140,12 +156,15 @@ class RecordingEngine(ContextEngine):
             focus_topic=focus_topic,
             force=force,
             memory_context=memory_context,
+            keep_last=keep_last,
         )
         result = self._compress_result
         if callable(result):
             out = result(messages)
         elif result is not None:
             out = list(result)
+        elif keep_last is not None:
+            out = _keep_compress(messages, keep_last)
         else:
             out = _default_compress(messages, self.keep_last)
         self.compression_count += 1
@@ -160,9 +179,44 @@ class RecordingEngine(ContextEngine):
         self._record("should_defer_preflight_to_real_usage", rough_tokens=rough_tokens)
         return False
 
-    def has_content_to_compress(self, messages: list[Message]) -> bool:
-        self._record("has_content_to_compress", messages=messages)
+    def has_content_to_compress(
+        self, messages: list[Message], *, keep_last: int | None = None
+    ) -> bool:
+        self._record("has_content_to_compress", messages=messages, keep_last=keep_last)
         return self._has_content
+
+    def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan:
+        """What the default compaction would fold into its note (a one-message "summary")."""
+        self._record(
+            "plan_compression", messages=messages, keep_last=keep_last, focus_topic=focus_topic
+        )
+        after = (
+            _keep_compress(messages, keep_last)
+            if keep_last is not None
+            else _default_compress(messages, self.keep_last)
+        )
+        head = 1 if messages and messages[0].get("role") == "system" else 0
+        if keep_last is not None:
+            head = keep_last_cut(messages, keep_last).system_end
+        # The compaction is head + one note + the kept tail, or the input unchanged.
+        folded = head if after == messages else len(messages) - (len(after) - head - 1)
+        summarized = messages[head:folded]
+        return CompressionPlan(
+            engine=self.name,
+            messages=tuple(summarized),
+            tokens_to_summarize=count_message_tokens(summarized) if summarized else 0,
+            kept_messages=len(messages) - folded,
+            keep_last=keep_last,
+            tokens_before=count_message_tokens(messages),
+            estimated_tokens_after=count_message_tokens(after),
+            focus_topic=focus_topic,
+        )
 
     def prune_tool_results_only(
         self, messages: list[Message], current_tokens: int | None = None

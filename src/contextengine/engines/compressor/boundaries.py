@@ -20,6 +20,12 @@ Tail
     right after the summary — and the rest of the turn is compacted normally,
     so one endless agent turn cannot make compaction impossible.
 
+A manual compaction may choose the tail instead (``keep_last``,
+:func:`select_keep_regions`): the head is then the system prompt alone, the
+tail the last ``keep_last`` messages (the cut moved back to the tool call
+when it falls on a result), nothing is pinned, and everything in between is
+compacted, a previous summary included.
+
 Cuts are made only before a message that is not a tool result, so a tool call
 and its results always land on the same side. The walk is linear in the
 tail, not in the history: this module touches the middle only to copy list
@@ -32,9 +38,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contextengine.compaction_plan import keep_last_cut
 from contextengine.engines.compressor.summary import find_summary, split_summary
 
-__all__ = ["LazyTokens", "Regions", "input_index", "is_real_user_message", "select_regions"]
+__all__ = [
+    "LazyTokens",
+    "Regions",
+    "input_index",
+    "is_real_user_message",
+    "select_keep_regions",
+    "select_regions",
+]
 
 Message = dict[str, Any]
 
@@ -194,6 +208,47 @@ def select_regions(
         head_end=head_end,
         tail_start=start,
         pinned=pinned,
+        previous_summary=previous,
+        summary_at=summary_at,
+        summary_merged=summary_at is not None and len(work) == len(messages),
+    )
+
+
+def select_keep_regions(
+    messages: list[Message],
+    *,
+    tokens: LazyTokens,
+    count: Callable[[Message], int],
+    protect_first_n: int,
+    keep_last: int,
+) -> Regions:
+    """The regions of a compaction that keeps exactly the last ``keep_last`` messages.
+
+    The head is the system prompt(s); the tail starts at
+    :func:`~contextengine.compaction_plan.keep_last_cut`; a previous summary
+    before the cut is taken out (its text becomes ``previous_summary``), one
+    at or after the cut is kept like any other message.
+    """
+    cut = keep_last_cut(messages, keep_last)
+    sys_end = cut.system_end
+    limit = min(cut.index, sys_end + max(0, protect_first_n) + 1 + _SUMMARY_SCAN_SLACK)
+    summary_at = find_summary(messages, sys_end, limit)
+    previous = ""
+    work = messages
+    tail_start = cut.index
+    if summary_at is not None:
+        split = split_summary(messages[summary_at])
+        previous = split.text
+        kept = [split.remainder] if split.remainder is not None else []
+        work = [*messages[:summary_at], *kept, *messages[summary_at + 1 :]]
+        if not kept:
+            tail_start -= 1
+    return Regions(
+        work=work,
+        tokens=tokens if work is messages else LazyTokens(work, count),
+        head_end=sys_end,
+        tail_start=tail_start,
+        pinned=None,
         previous_summary=previous,
         summary_at=summary_at,
         summary_merged=summary_at is not None and len(work) == len(messages),

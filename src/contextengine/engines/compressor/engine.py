@@ -42,16 +42,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from contextengine.anchors import message_anchors
+from contextengine.compaction_plan import CompressionPlan
 from contextengine.engine import ContextEngine, sanitize_memory_context
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
     input_index,
+    select_keep_regions,
     select_regions,
 )
 from contextengine.engines.compressor.prune import prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import (
+    frame_summary,
     is_summary_message,
     place_summary,
     split_summary,
@@ -317,12 +320,92 @@ class ContextCompressor(ContextEngine):
             and last + max(0, growth) < self.threshold_tokens
         )
 
-    def has_content_to_compress(self, messages: list[Message]) -> bool:
-        """False when every message is protected (head, tail): compress would do nothing."""
+    def has_content_to_compress(
+        self, messages: list[Message], *, keep_last: int | None = None
+    ) -> bool:
+        """False when every message is protected (head, tail): compress would do nothing.
+
+        With ``keep_last`` the tail is the last ``keep_last`` messages (see
+        :meth:`compress`).
+        """
         if not messages:
             return False
-        regions = self._regions(messages, LazyTokens(messages, self._count))
+        regions = self._regions(messages, LazyTokens(messages, self._count), keep_last)
         return bool(regions.middle())
+
+    def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan:
+        """Decide: what :meth:`compress` with ``force=True`` would do, without a summariser.
+
+        The regions are those :meth:`compress` would cut. Without
+        ``keep_last``, when pruning old tool outputs alone would reach
+        ``target_tokens`` (pass 1), the plan says so and summarises nothing;
+        otherwise the middle is summarised, and the summary is estimated at a
+        third of what it replaces, within ``summary_token_budget``: the size
+        after is an estimate, never above the size before (a summary that
+        would not shrink the conversation is not committed).
+        """
+        tokens = LazyTokens(messages, self._count)
+        regions = self._regions(messages, tokens, keep_last)
+        middle = regions.middle()
+        before = tokens.total(0, len(messages)) + REPLY_PRIMING_TOKENS
+        kept = len(regions.work) - regions.tail_start
+        plan = CompressionPlan(
+            engine=self.name,
+            messages=tuple(middle),
+            tokens_to_summarize=0,
+            kept_messages=kept,
+            keep_last=keep_last,
+            tokens_before=before,
+            estimated_tokens_after=before,
+            previous_summaries=1 if regions.previous_summary else 0,
+            focus_topic=focus_topic,
+        )
+        if not middle:
+            return replace(plan, note="nothing outside the protected head and tail")
+        start = input_index(regions, regions.head_end)
+        end = input_index(regions, regions.tail_start)
+        if keep_last is None:
+            pruned = prune_region(messages[start:end])
+            reclaimed = sum(
+                tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed
+            )
+            if pruned.changed and before - reclaimed <= self.target_tokens:
+                return replace(
+                    plan,
+                    messages=(),
+                    estimated_tokens_after=before - reclaimed,
+                    note=(
+                        f"shortening {len(pruned.changed)} old tool output(s) is enough: "
+                        "no summary would be written"
+                    ),
+                )
+        middle_tokens = sum(regions.tokens[i] for i in regions.middle_indices)
+        if regions.pinned is not None:
+            middle_tokens -= regions.tokens[regions.pinned]
+        if regions.previous_summary:
+            middle_tokens += count_tokens(regions.previous_summary, self.model or None)
+        stays = tokens.total(0, regions.head_end) + tokens.total(end, len(messages))
+        if regions.pinned is not None:
+            stays += regions.tokens[regions.pinned]
+        removed = before - REPLY_PRIMING_TOKENS - stays
+        # The summary is asked for within summary_token_budget; a third of what
+        # it replaces is the ratio the lossless engine budgets its leaves with.
+        summary = min(self.summary_token_budget, max(64, middle_tokens // 3))
+        summary += count_tokens(frame_summary(""), self.model or None)
+        after = min(before, before - removed + summary)
+        note = "the latest user message is kept verbatim too" if regions.pinned is not None else ""
+        return replace(
+            plan,
+            tokens_to_summarize=middle_tokens,
+            estimated_tokens_after=after,
+            note=note,
+        )
 
     # ------------------------------------------------------------------ observation
 
@@ -363,6 +446,8 @@ class ContextCompressor(ContextEngine):
         focus_topic: str | None = None,
         force: bool = False,
         memory_context: str = "",
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
         """Transform: prune, and summarise the middle when pruning is not enough.
 
@@ -373,6 +458,13 @@ class ContextCompressor(ContextEngine):
         which. The engine counts the head and tail itself (cached);
         ``current_tokens``, the host's count of the whole list, is used only
         for a middle too long to count (over 1,000 messages).
+
+        ``keep_last`` (a manual compaction) keeps exactly the last
+        ``keep_last`` messages (moved back to a tool call's start when the cut
+        falls on its results) and summarises everything after the system
+        prompt before them: the protected head, the previous summary and the
+        pinned user message are not kept, and pruning alone never ends the
+        compaction, since the person asked for a summary.
         """
         started = time.perf_counter()
         report = CompressionReport(messages_before=len(messages))
@@ -381,7 +473,7 @@ class ContextCompressor(ContextEngine):
             self.failure_policy.clear_thrash()
         try:
             result = self._compress(
-                messages, report, current_tokens, focus_topic, force, memory_context
+                messages, report, current_tokens, focus_topic, force, memory_context, keep_last
             )
         finally:
             report.duration_s = time.perf_counter() - started
@@ -437,7 +529,17 @@ class ContextCompressor(ContextEngine):
     def _count(self, msg: Message) -> int:
         return message_tokens(msg, self.model or None)
 
-    def _regions(self, messages: list[Message], tokens: LazyTokens) -> Regions:
+    def _regions(
+        self, messages: list[Message], tokens: LazyTokens, keep_last: int | None = None
+    ) -> Regions:
+        if keep_last is not None:
+            return select_keep_regions(
+                messages,
+                tokens=tokens,
+                count=self._count,
+                protect_first_n=self.protect_first_n,
+                keep_last=keep_last,
+            )
         # The latest turn is kept whole only while it fits in what is left once
         # the summary is written; beyond that its user message is pinned instead.
         turn_cap = max(self.tail_token_budget, self.target_tokens - self.summary_token_budget)
@@ -471,6 +573,7 @@ class ContextCompressor(ContextEngine):
         focus_topic: str | None,
         force: bool,
         memory_context: str,
+        keep_last: int | None = None,
     ) -> list[Message]:
         body: str | None = None
         for repaired in (False, True):
@@ -481,7 +584,7 @@ class ContextCompressor(ContextEngine):
                 # keeps the common case from walking the whole history.
                 messages = sanitize_tool_pairs(messages)
             tokens = LazyTokens(messages, self._count)
-            regions = self._regions(messages, tokens)
+            regions = self._regions(messages, tokens, keep_last)
             middle = regions.middle()
             start = input_index(regions, regions.head_end)
             end = input_index(regions, regions.tail_start)
@@ -525,7 +628,7 @@ class ContextCompressor(ContextEngine):
                     pass1_tokens = before - sum(
                         tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed
                     )
-                    if pass1_tokens <= self.target_tokens:
+                    if pass1_tokens <= self.target_tokens and keep_last is None:
                         if not _is_valid(pass1):
                             continue
                         return self._commit(pass1, pass1_tokens, report, "pruned")

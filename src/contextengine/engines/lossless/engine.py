@@ -22,8 +22,11 @@ How a host drives it (see :class:`~contextengine.ContextEngine` for the order):
   per call grows with the new messages only. A host that replaces its history
   with the view :meth:`compress` returned is recognised (its reference blocks
   and large-content references are the engine's own and are never stored).
-* ``should_compress`` / ``compress`` summarise what is outside the fresh tail;
-  ``compress`` returns the new view.
+* ``should_compress`` / ``compress`` summarise what is outside the fresh tail
+  (or before the last ``keep_last`` messages, for a manual compaction);
+  ``compress`` returns the new view. ``plan_compression`` previews that.
+* ``chat_commands`` gives ``contextengine chat`` the ``/grep`` command
+  (:mod:`.chat_commands`).
 """
 
 from __future__ import annotations
@@ -37,15 +40,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from contextengine.commands import ChatCommand
+from contextengine.compaction_plan import CompressionPlan, keep_last_cut
 from contextengine.engine import ContextEngine, sanitize_memory_context
 from contextengine.engines.lossless.assemble import (
+    REFERENCE_CLOSE,
+    REFERENCE_OPEN,
     ContextItem,
     TailSplit,
     View,
     fresh_tail,
+    group_bounds,
     is_reference_message,
     summary_entry_tokens,
 )
+from contextengine.engines.lossless.chat_commands import lcm_chat_commands
 from contextengine.engines.lossless.compaction import (
     CompactionOutcome,
     CompactionSettings,
@@ -64,12 +73,18 @@ from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer, Summarizer
 from contextengine.summary_prompt import content_text
-from contextengine.tokens import message_tokens
+from contextengine.tokens import count_tokens, message_tokens
 from contextengine.usage import normalize_usage
 
 __all__ = ["LosslessEngine"]
 
 Message = dict[str, Any]
+
+# The "[summary sum_… · depth 0 · messages seq a–b]" header and the covers
+# line a leaf summary carries besides its body (ids listed, at most eight).
+_LEAF_OVERHEAD_TOKENS = 120
+# The fences of the reference block the first summary opens.
+_REFERENCE_BLOCK_TOKENS = count_tokens(REFERENCE_OPEN + REFERENCE_CLOSE)
 
 
 def _fingerprint(message: Message) -> str:
@@ -432,9 +447,45 @@ class LosslessEngine(ContextEngine):
         self.last_view_reused = self._view.reused
         return view
 
-    def _compressible(self) -> bool:
+    @staticmethod
+    def _keep_split(items: list[ContextItem], keep: int) -> TailSplit:
+        """The tail of a ``keep_last`` compaction: the last ``keep`` raw messages, nothing pinned.
+
+        ``keep`` is counted over message items (summaries in the tail are left
+        as they are) and the start moves back to its group's, so a tool call
+        keeps its results.
+        """
+        start, seen = len(items), 0
+        while start > 0 and seen < keep:
+            start -= 1
+            if items[start].kind == "message":
+                seen += 1
+        for group in group_bounds(items):
+            if group.start <= start < group.end:
+                start = group.start
+                break
+        return TailSplit(start, None)
+
+    def _split_for(
+        self, messages: Sequence[Message], keep_last: int | None
+    ) -> Callable[[list[ContextItem]], TailSplit]:
+        """The tail rule of a compaction: the fresh tail, or the last ``keep_last`` messages.
+
+        ``keep_last`` is applied to the host's history first
+        (:func:`~contextengine.compaction_plan.keep_last_cut`), so the engine
+        keeps what the host reports as kept: the history's last messages are
+        the context's last raw messages.
+        """
+        if keep_last is None:
+            return self._split
+        keep = keep_last_cut(messages, keep_last).kept
+        return lambda items: self._keep_split(items, keep)
+
+    def _compressible(
+        self, split_of: Callable[[list[ContextItem]], TailSplit] | None = None
+    ) -> bool:
         items = self._context.items
-        split = self._split(items)
+        split = (split_of or self._split)(items)
         return any(
             item.kind == "message" and index < split.tail_start and index != split.pinned
             for index, item in enumerate(items)
@@ -529,10 +580,76 @@ class LosslessEngine(ContextEngine):
         self._ingest(messages)
         return self.should_compress()
 
-    def has_content_to_compress(self, messages: list[Message]) -> bool:
-        """False when every stored message is in the fresh tail: compress would do nothing."""
+    def has_content_to_compress(
+        self, messages: list[Message], *, keep_last: int | None = None
+    ) -> bool:
+        """False when every stored message is in the fresh tail (or the last
+        ``keep_last``): compress would do nothing."""
         self._ingest(messages)
-        return self._compressible()
+        return self._compressible(self._split_for(messages, keep_last))
+
+    def plan_compression(
+        self,
+        messages: list[Message],
+        *,
+        keep_last: int | None = None,
+        focus_topic: str | None = None,
+    ) -> CompressionPlan:
+        """Decide: which raw messages a compaction would summarise, without a summariser.
+
+        Stores what is new in ``messages`` (as every hook does) and changes
+        nothing else. The messages are those outside the tail, grouped into
+        leaf summaries of about ``leaf_chunk_tokens``; each leaf is estimated
+        at its whole budget. Condensing summaries only shrinks the result
+        further and is not counted.
+        """
+        self._ingest(messages)
+        items = self._context.items
+        split = self._split_for(messages, keep_last)(items)
+        head = items[: split.tail_start]
+        chosen: list[ContextItem] = []
+        estimate = 0
+        chunk = 0
+        for group in group_bounds(head):
+            group_items = head[group.start : group.end]
+            pinned = split.pinned is not None and group.start <= split.pinned < group.end
+            if not group.raw or pinned:
+                if chunk:
+                    estimate += self._leaf_estimate(chunk)
+                    chunk = 0
+                continue
+            cost = sum(item.tokens for item in group_items)
+            if chunk and chunk + cost > self.leaf_chunk_tokens:
+                estimate += self._leaf_estimate(chunk)
+                chunk = 0
+            chunk += cost
+            chosen.extend(group_items)
+        if chunk:
+            estimate += self._leaf_estimate(chunk)
+        tokens = sum(item.tokens for item in chosen)
+        before = self._estimate_tokens()
+        has_block = any(item.kind == "summary" for item in items)
+        opening = 0 if has_block or not chosen else _REFERENCE_BLOCK_TOKENS
+        kept = sum(1 for item in items[split.tail_start :] if item.kind == "message")
+        return CompressionPlan(
+            engine=self.name,
+            messages=tuple(item.message for item in chosen if item.message is not None),
+            tokens_to_summarize=tokens,
+            kept_messages=kept,
+            keep_last=keep_last,
+            tokens_before=before,
+            # Not capped at ``before``: summaries of a few short messages, with
+            # their headers and the reference block, can outweigh them, and lcm
+            # commits them anyway (each summary is smaller than its input).
+            estimated_tokens_after=before - tokens + estimate + opening,
+            previous_summaries=sum(1 for item in head if item.kind == "summary"),
+            focus_topic=focus_topic,
+            note="the originals stay in the archive: lcm_grep and lcm_expand reach them",
+        )
+
+    def _leaf_estimate(self, chunk_tokens: int) -> int:
+        """A leaf of ``chunk_tokens`` at its whole budget, with its header and covers line."""
+        return min(self.summary_tokens, max(32, chunk_tokens // 3)) + _LEAF_OVERHEAD_TOKENS
 
     def compress(
         self,
@@ -541,6 +658,8 @@ class LosslessEngine(ContextEngine):
         focus_topic: str | None = None,
         force: bool = False,
         memory_context: str = "",
+        *,
+        keep_last: int | None = None,
     ) -> list[Message]:
         """Transform: summarise what is outside the fresh tail and return the new view.
 
@@ -550,8 +669,14 @@ class LosslessEngine(ContextEngine):
         stops the compaction with that step unwritten (see
         :attr:`last_compression`). The view is within the threshold unless the
         fresh tail alone exceeds it.
+
+        ``keep_last`` (a manual compaction) replaces the fresh tail with the
+        last ``keep_last`` messages of ``messages`` (moved back to a tool
+        call's start when the cut falls on its results; nothing pinned), and
+        every raw message before them is summarised.
         """
         self._ingest(messages)
+        split_of = self._split_for(messages, keep_last)
         if force:
             self.failure_policy.clear_thrash()
         settings = CompactionSettings(
@@ -584,7 +709,7 @@ class LosslessEngine(ContextEngine):
                         store=self._store,
                         conversation_id=self._conversation_id,
                         items=self._context.items,
-                        split_of=self._split,
+                        split_of=split_of,
                         summarizer=self._summarizer,
                         settings=settings,
                     )
@@ -663,6 +788,10 @@ class LosslessEngine(ContextEngine):
         """``lcm_expand`` with the archived id of a view message the host had to shorten."""
         item_id = self._context.id_of(message)
         return f'lcm_expand {{"id": "{item_id}"}}' if item_id else None
+
+    def chat_commands(self) -> dict[str, ChatCommand]:
+        """``/grep WORDS``: search the whole archived conversation from ``contextengine chat``."""
+        return lcm_chat_commands(self)
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """``lcm_grep``, ``lcm_describe`` and ``lcm_expand`` as OpenAI function schemas."""
