@@ -46,11 +46,10 @@ import httpx
 from contextengine.errors import SummarizerAuthError, SummarizerTransientError
 from contextengine.redact import redact
 from contextengine.summary_prompt import SUMMARY_SYSTEM_PROMPT, render_summary_prompt
+from contextengine.summary_request import SummaryRequest
 
 if TYPE_CHECKING:
     from types import TracebackType
-
-    from contextengine.summarizers import SummaryRequest
 
 __all__ = [
     "DEFAULT_OPENAI_BASE_URL",
