@@ -109,7 +109,7 @@ def configured_summarizers(
             api_key = main.api_key or None
         summarizer = OpenAICompatibleSummarizer(base_url=base_url, api_key=api_key, model=model)
         retry = None
-        then = "then the offline fallback"
+        then = "the offline fallback"
         if main is not None and not (_same_url(base_url, main.base_url) and model == main.model):
             # One request: the summary model already had its retries, and the
             # compaction's wait cap is shared by both.
@@ -119,14 +119,14 @@ def configured_summarizers(
                 model=main.model,
                 max_retries=0,
             )
-            then = f"then once the main model {main.model!r}, then the offline fallback"
+            then = f"the main model {main.model!r} once, then the offline fallback"
         return SummarizerSetup(
             summarizer=summarizer,
             main_summarizer=retry,
             abort_on_summary_failure=abort,
             kind="summary_model",
             description=(
-                f"summary model {model!r} at {summarizer.base_url} ({where}); on failure "
+                f"summary model {model!r} at {summarizer.base_url} ({where}); on failure: "
                 + ("abort the compaction" if abort else then)
             ),
         )
@@ -147,7 +147,7 @@ def configured_summarizers(
             kind="main_model",
             description=(
                 f"the chat's own model {main.model!r} at {summarizer.base_url}: no separate "
-                f"summary model is configured (summary_model){unused}; on failure "
+                f"summary model is configured (summary_model){unused}; on failure: "
                 + ("abort the compaction" if abort else "the offline fallback")
             ),
         )
