@@ -184,6 +184,7 @@ class _CompactionPolicy(_HostState):
             error=error,
             cause=cause,
             engine_error=engine_error,
+            fallback_used=fallback_used,
             before=before,
             after=tokens,
             count_before=len(messages),
@@ -225,6 +226,7 @@ class _CompactionPolicy(_HostState):
         cause: str | None,
         engine_error: str | None,
         before: int,
+        fallback_used: bool = True,
         after: int,
         count_before: int,
         count_after: int,
@@ -252,6 +254,16 @@ class _CompactionPolicy(_HostState):
             return (
                 f"Context compaction freed nothing: {describe_cause(cause)}{words}; the "
                 f"conversation is unchanged.{self._resume_note()}",
+                "warning",
+                cause,
+            )
+        if cause is not None and not fallback_used:
+            # The engine stopped at a failed summary (abort_on_summary_failure) rather
+            # than fall back; the context changed only by what came before the failure
+            # (or, for an engine that trims its view, by that).
+            return (
+                f"Context compaction stopped: {describe_cause(cause)}{words}; nothing more "
+                f"was summarised ({detail}).{self._resume_note()}",
                 "warning",
                 cause,
             )
