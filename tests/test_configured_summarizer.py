@@ -472,3 +472,16 @@ def test_replay_with_a_summary_endpoint_makes_exactly_the_calls_it_reports() -> 
     assert row["summarizer_calls"] == len(bodies)
     assert {body["model"] for body in bodies} == {"replay-summary"}
     assert all(is_summary_request(body) for body in bodies)
+
+
+def test_demo_summarises_with_a_summary_model_only_when_given_one() -> None:
+    from contextengine.cli.demo import demo
+
+    offline = json.loads(CliRunner().invoke(demo, ["--json"]).stdout)
+    with ScriptedOpenAIServer(default_reply=SUMMARY) as server:
+        args = ["--json", "--summary-model", "demo-summary", "--summary-base-url", server.base_url]
+        result = CliRunner().invoke(demo, args)
+        bodies = server.requests
+    assert result.exit_code == 0, result.output
+    assert bodies and {body["model"] for body in bodies} == {"demo-summary"}
+    assert json.loads(result.stdout) != offline

@@ -23,7 +23,7 @@ from contextengine import (
     sanitize_tool_pairs,
     validate_messages,
 )
-from contextengine.testing import RecordingEngine
+from contextengine.testing import RecordingEngine, ScriptedOpenAIServer
 
 Message = dict[str, Any]
 CONTEXT_LENGTH = 4_000
@@ -173,3 +173,22 @@ def test_session_reset_clears_conversation_state(engine: ContextEngine) -> None:
     assert engine.compression_count == 0
     engine.on_session_start("contract-session-2")
     assert engine.threshold_tokens == int(CONTEXT_LENGTH * engine.threshold_percent)
+
+
+@pytest.mark.parametrize(
+    "name", [info.name for info in available_engines() if info.origin == "contextengine"]
+)
+def test_load_engine_gives_every_engine_the_configured_summary_model(
+    name: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ScriptedOpenAIServer(default_reply="## Goal\nFix the bugs.") as server:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("CONTEXTENGINE_SUMMARY_MODEL", "contract-summary")
+        monkeypatch.setenv("CONTEXTENGINE_SUMMARY_BASE_URL", server.base_url)
+        made = _registered(name)()
+        made.on_session_start("contract-summary")
+        made.compress(conversation(8), force=True)
+        bodies = server.requests
+    assert bodies and {body["model"] for body in bodies} == {"contract-summary"}
+    report = made.last_compression
+    assert getattr(report, "summarizer_calls", None) == len(bodies)
