@@ -45,5 +45,13 @@ def _isolated_user_dirs(
         "CONTEXTENGINE_ENGINE",
         "CONTEXTENGINE_CONTEXT_LENGTH",
         "CONTEXTENGINE_STORE_URL",
+        # A summary model configured on the developer's machine must not turn
+        # the offline summaries the tests expect into paid network calls.
+        "CONTEXTENGINE_SUMMARY_MODEL",
+        "CONTEXTENGINE_SUMMARY_BASE_URL",
+        "CONTEXTENGINE_SUMMARY_API_KEY",
+        "CONTEXTENGINE_ABORT_ON_SUMMARY_FAILURE",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
     ):
         monkeypatch.delenv(variable, raising=False)

@@ -68,6 +68,8 @@ def run_chat(server: ScriptedOpenAIServer, tmp_path: Path, *lines: str, engine: 
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     args = ["--base-url", server.base_url, "--model", "scripted", "--api-key", "test"]
     args += ["--script", str(script), "--engine", engine, "--context-length", "8000"]
+    # The server scripts the chat's replies only: the offline summariser writes the summaries.
+    args += ["--summary-model", "offline"]
     return CliRunner().invoke(chat, args, catch_exceptions=False)
 
 

@@ -23,7 +23,7 @@ from contextengine import (
     sanitize_tool_pairs,
     validate_messages,
 )
-from contextengine.testing import RecordingEngine
+from contextengine.testing import RecordingEngine, ScriptedOpenAIServer
 
 Message = dict[str, Any]
 CONTEXT_LENGTH = 4_000
@@ -210,3 +210,22 @@ def test_plan_compression_previews_what_compress_does_and_changes_nothing(
     assert plan.estimated_tokens_after < plan.tokens_before
     assert plan.estimated_saving == plan.tokens_before - plan.estimated_tokens_after
     assert engine.compress(messages, force=True, keep_last=3)[-4:] == messages[-4:]
+
+
+@pytest.mark.parametrize(
+    "name", [info.name for info in available_engines() if info.origin == "contextengine"]
+)
+def test_load_engine_gives_every_engine_the_configured_summary_model(
+    name: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ScriptedOpenAIServer(default_reply="## Goal\nFix the bugs.") as server:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("CONTEXTENGINE_SUMMARY_MODEL", "contract-summary")
+        monkeypatch.setenv("CONTEXTENGINE_SUMMARY_BASE_URL", server.base_url)
+        made = _registered(name)()
+        made.on_session_start("contract-summary")
+        made.compress(conversation(8), force=True)
+        bodies = server.requests
+    assert bodies and {body["model"] for body in bodies} == {"contract-summary"}
+    report = made.last_compression
+    assert getattr(report, "summarizer_calls", None) == len(bodies)

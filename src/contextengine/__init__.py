@@ -59,6 +59,7 @@ from contextengine.overflow import is_context_overflow_error
 from contextengine.redact import redact
 from contextengine.registry import available_engines, load_engine
 from contextengine.store import SQLiteStore, Store, open_store
+from contextengine.summarizer_config import MainModel, SummarizerSetup, configured_summarizers
 from contextengine.summarizers import (
     DeterministicSummarizer,
     OpenAICompatibleSummarizer,
@@ -95,6 +96,7 @@ __all__ = [
     "InvalidMessagesError",
     "KeepCut",
     "LosslessEngine",
+    "MainModel",
     "Observer",
     "OpenAICompatibleSummarizer",
     "PostgresStore",
@@ -107,12 +109,14 @@ __all__ = [
     "Summarizer",
     "SummarizerAuthError",
     "SummarizerError",
+    "SummarizerSetup",
     "SummarizerTransientError",
     "SummaryRequest",
     "VocabularyError",
     "automatic_compaction_status_message",
     "available_engines",
     "call_with_supported_kwargs",
+    "configured_summarizers",
     "count_message_tokens",
     "count_tokens",
     "estimate_tokens_rough",

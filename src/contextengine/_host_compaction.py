@@ -36,8 +36,17 @@ __all__ = ["_CompactionPolicy", "_checked"]
 #: should_compress_preflight is asked when the messages added since the last
 #: real usage are estimated above this share of the context window (a big paste).
 _PREFLIGHT_GROWTH_SHARE = 0.10
+#: Who wrote the summary and who failed: copied from the engine's report to the event.
+_SUMMARY_KEYS = ("summary_model", "summary_error", "summary_failed_model")
 #: What the host reads of ``engine.last_compression`` for its event.
-_REPORT_KEYS = ("summarizer_calls", "fallback_used", "cause", "error", "engine_message")
+_REPORT_KEYS = (
+    "summarizer_calls",
+    "fallback_used",
+    "cause",
+    "error",
+    "engine_message",
+    *_SUMMARY_KEYS,
+)
 
 
 def _checked(messages: list[Message]) -> list[Message]:
@@ -49,6 +58,18 @@ def _checked(messages: list[Message]) -> list[Message]:
         raise
     validate_messages(cleaned)
     return cleaned
+
+
+def _merge_summary_fields(summary: dict[str, str | None], report: Mapping[str, Any]) -> None:
+    """Add one pass's ``summary_*`` fields: the writer replaces, the failures accumulate."""
+    model = report.get("summary_model")
+    if model:
+        summary["summary_model"] = str(model)
+    for key in ("summary_error", "summary_failed_model"):
+        value = report.get(key)
+        if value and str(value) not in (summary[key] or ""):
+            separator = "; " if key == "summary_error" else ", "
+            summary[key] = f"{summary[key]}{separator}{value}" if summary[key] else str(value)
 
 
 def _cause_of_block(detail: str) -> str:
@@ -65,7 +86,8 @@ class _CompactionPolicy(_HostState):
 
         Read from ``engine.last_compression`` (an object or mapping; see
         :attr:`ContextEngine.last_compression`): ``summarizer_calls``,
-        ``fallback_used``, ``cause`` and ``error`` go into the event.
+        ``fallback_used``, ``cause``, ``error``, ``summary_model``,
+        ``summary_error`` and ``summary_failed_model`` go into the event.
         """
         report = getattr(self.engine, "last_compression", None)
         if report is None:
@@ -110,6 +132,8 @@ class _CompactionPolicy(_HostState):
         error: str | None = None
         cause: str | None = None
         engine_error: str | None = None
+        # Per pass, the last pass that says wins for the model; failures accumulate.
+        summary: dict[str, str | None] = dict.fromkeys(_SUMMARY_KEYS)
         extra: dict[str, Any] = {}
         if self.memory_context.strip():
             extra["memory_context"] = sanitize_memory_context(self.memory_context)
@@ -141,6 +165,7 @@ class _CompactionPolicy(_HostState):
             fallback_used = fallback_used or bool(report.get("fallback_used", False))
             if report.get("cause") and cause is None:
                 cause, engine_error = str(report["cause"]), report.get("error") or None
+            _merge_summary_fields(summary, report)
             # Exact, like ``before``: a rough estimate beside an exact one can
             # make a compaction look like it grew the conversation.
             after = count_message_tokens(result, self.model or None)
@@ -164,6 +189,7 @@ class _CompactionPolicy(_HostState):
             error=error,
             cause=cause,
             engine_error=engine_error,
+            fallback_used=fallback_used,
             before=before,
             after=tokens,
             count_before=len(messages),
@@ -192,6 +218,7 @@ class _CompactionPolicy(_HostState):
                 engine=self.engine_name,
                 session_id=self.session_id,
                 error=error or engine_error,
+                **summary,
             )
         )
         return current
@@ -205,6 +232,7 @@ class _CompactionPolicy(_HostState):
         cause: str | None,
         engine_error: str | None,
         before: int,
+        fallback_used: bool = True,
         after: int,
         count_before: int,
         count_after: int,
@@ -233,6 +261,16 @@ class _CompactionPolicy(_HostState):
             return (
                 f"Context compaction freed nothing: {describe_cause(cause)}{words}; the "
                 f"conversation is unchanged.{self._resume_note()}",
+                "warning",
+                cause,
+            )
+        if cause is not None and not fallback_used:
+            # The engine stopped at a failed summary (abort_on_summary_failure) rather
+            # than fall back; the context changed only by what came before the failure
+            # (or, for an engine that trims its view, by that).
+            return (
+                f"Context compaction stopped: {describe_cause(cause)}{words}; nothing more "
+                f"was summarised ({detail}).{self._resume_note()}",
                 "warning",
                 cause,
             )

@@ -8,12 +8,19 @@ Precedence, lowest to highest::
     < environment (CONTEXTENGINE_ENGINE, CONTEXTENGINE_MODEL, CONTEXTENGINE_CONTEXT_LENGTH,
                    CONTEXTENGINE_STORE_URL, CONTEXTENGINE_SUMMARY_BASE_URL / _API_KEY / _MODEL,
                    falling back to OPENAI_BASE_URL / OPENAI_API_KEY for the summariser)
-    < explicit arguments (None means "not given")
+    < explicit arguments (None means "not given"), including those a command set
+      for the code it runs with :func:`config_overrides` (``--summary-model``...)
 
 Files are looked up in the working directory only: the configuration belongs
 to the project you run from, not to whatever directory happens to be above it.
 A misspelt key or a value of the wrong type is an error that names the file and
 key, never silently ignored. ``contextengine config`` prints the result.
+
+The summariser settings (``summary_model``, ``summary_base_url``,
+``summary_api_key``, ``abort_on_summary_failure``) are turned into the
+engine's summariser by :func:`contextengine.summarizer_config.configured_summarizers`,
+which :func:`contextengine.load_engine` calls for every engine that takes a
+``summarizer``.
 
 Engine constructor options go in a sub-table, ``[tool.contextengine.options]``
 (or ``[options]`` in contextengine.toml); they are passed to the configured
@@ -25,13 +32,22 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from contextengine.errors import ConfigError
 
-__all__ = ["DEFAULTS", "ENV_VARS", "ConfigValue", "ResolvedConfig", "resolve_config"]
+__all__ = [
+    "DEFAULTS",
+    "ENV_VARS",
+    "ConfigValue",
+    "ResolvedConfig",
+    "config_overrides",
+    "resolve_config",
+]
 
 #: Every setting and its default.
 DEFAULTS: dict[str, Any] = {
@@ -42,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "summary_base_url": "",
     "summary_api_key": "",
     "summary_model": "",
+    "abort_on_summary_failure": False,
 }
 
 #: Environment variables per setting, first match wins.
@@ -53,10 +70,39 @@ ENV_VARS: dict[str, tuple[str, ...]] = {
     "summary_base_url": ("CONTEXTENGINE_SUMMARY_BASE_URL", "OPENAI_BASE_URL"),
     "summary_api_key": ("CONTEXTENGINE_SUMMARY_API_KEY", "OPENAI_API_KEY"),
     "summary_model": ("CONTEXTENGINE_SUMMARY_MODEL",),
+    "abort_on_summary_failure": ("CONTEXTENGINE_ABORT_ON_SUMMARY_FAILURE",),
 }
 
 _SECRET_KEYS = frozenset({"summary_api_key"})
 _OPTIONS_TABLE = "options"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+#: Settings a command gave for the code it calls (see :func:`config_overrides`).
+_OVERRIDES: ContextVar[Mapping[str, Any] | None] = ContextVar(
+    "contextengine_config_overrides", default=None
+)
+
+
+@contextmanager
+def config_overrides(**settings: Any) -> Iterator[None]:
+    """Within the block, :func:`resolve_config` treats ``settings`` as explicit arguments.
+
+    For commands whose engines are built deep inside library code (a replay
+    builds one per session and engine): ``--summary-model`` becomes an
+    argument of every configuration resolved there. None values are "not
+    given"; arguments passed to ``resolve_config`` itself still win. The
+    override is per context (thread, task) and ends with the block.
+    """
+    unknown = sorted(set(settings) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown configuration argument {unknown[0]!r}")
+    given = {key: value for key, value in settings.items() if value is not None}
+    token = _OVERRIDES.set({**(_OVERRIDES.get() or {}), **given})
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
 
 
 @dataclass(frozen=True)
@@ -94,6 +140,10 @@ class ResolvedConfig:
     def store_url(self) -> str:
         return str(self.values["store_url"].value)
 
+    @property
+    def abort_on_summary_failure(self) -> bool:
+        return bool(self.values["abort_on_summary_failure"].value)
+
     def get(self, key: str) -> Any:
         """The value of ``key`` (KeyError for an unknown setting)."""
         return self.values[key].value
@@ -116,6 +166,15 @@ class ResolvedConfig:
 def _coerce(key: str, raw: Any, where: str) -> Any:
     """Check and convert a raw value to the type of its default."""
     default = DEFAULTS[key]
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        word = str(raw).strip().lower() if isinstance(raw, str | int) else None
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise ConfigError(f"{where}: {key} must be true or false, got {raw!r}")
     if isinstance(default, int):
         if isinstance(raw, bool):
             raise ConfigError(f"{where}: {key} must be an integer, got {raw!r}")
@@ -201,7 +260,8 @@ def resolve_config(
                 values[key] = ConfigValue(_coerce(key, raw.strip(), f"env {name}"), f"env {name}")
                 break
 
-    for key, raw in explicit.items():
+    given = {key: raw for key, raw in explicit.items() if raw is not None or key not in DEFAULTS}
+    for key, raw in {**(_OVERRIDES.get() or {}), **given}.items():
         if key not in DEFAULTS:
             raise ConfigError(f"unknown configuration argument {key!r}")
         if raw is not None:

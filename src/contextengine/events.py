@@ -82,6 +82,14 @@ class CompactionEvent:
     session_id: str | None = None
     #: ``"ExceptionType: text"`` when the engine failed, else None.
     error: str | None = None
+    #: The model that wrote the summary (the summary model, the main model after it
+    #: failed, or ``"offline"``), from the engine's report; None when none was written
+    #: or the engine does not say.
+    summary_model: str | None = None
+    #: What went wrong with the models that did not write the summary, naming each.
+    summary_error: str | None = None
+    #: The models that failed, comma-separated.
+    summary_failed_model: str | None = None
 
     @property
     def tokens_saved(self) -> int:

@@ -46,11 +46,10 @@ import httpx
 from contextengine.errors import SummarizerAuthError, SummarizerTransientError
 from contextengine.redact import redact
 from contextengine.summary_prompt import SUMMARY_SYSTEM_PROMPT, render_summary_prompt
+from contextengine.summary_request import SummaryRequest
 
 if TYPE_CHECKING:
     from types import TracebackType
-
-    from contextengine.summarizers import SummaryRequest
 
 __all__ = [
     "DEFAULT_OPENAI_BASE_URL",
@@ -358,8 +357,10 @@ def summarizer_from_env(
     ``CONTEXTENGINE_SUMMARY_MODEL``. The model has no fallback, so an
     ``OPENAI_API_KEY`` set for other tools never starts paid summary calls on
     its own. Returns None without a model, or with neither a base URL nor a
-    key; with a key and no base URL the OpenAI API is used. Called by hosts and
-    the CLI when they build the default engine.
+    key; with a key and no base URL the OpenAI API is used. The environment alone:
+    :func:`contextengine.load_engine` and the CLI use
+    :func:`contextengine.configured_summarizers`, which reads the
+    configuration files and arguments too and applies the same rules.
     """
     env = os.environ if environ is None else environ
 

@@ -43,6 +43,7 @@ from contextengine.config import ResolvedConfig, resolve_config
 from contextengine.engine import ContextEngine
 from contextengine.errors import EngineLoadError, EngineNotFoundError
 from contextengine.events import HostEvent, Observer, notify
+from contextengine.summarizer_config import MainModel, configured_summarizers
 
 __all__ = [
     "BUILTIN_ENGINES",
@@ -132,14 +133,36 @@ def _accepts(target: Callable[..., Any], key: str) -> bool:
 
 
 def _with_configured(
-    target: Callable[..., Any], options: dict[str, Any], config: ResolvedConfig | None
+    target: Callable[..., Any],
+    options: dict[str, Any],
+    config: ResolvedConfig | None,
+    main: MainModel | None = None,
 ) -> dict[str, Any]:
-    """``options`` plus the configured context_length/model the target takes but was not given."""
+    """``options`` plus what the configuration says and the target takes but was not given.
+
+    That is the configured context_length and model, and the configured
+    summariser (:func:`~contextengine.summarizer_config.configured_summarizers`):
+    ``summarizer``, ``main_summarizer`` and ``abort_on_summary_failure``. A
+    ``summarizer`` given explicitly is kept, and then no main-model summariser
+    is added either: the caller chose its summariser.
+    """
     missing = [key for key in _CONFIGURED if key not in options and _accepts(target, key)]
-    if not missing:
+    wants_summarizer = "summarizer" not in options and _accepts(target, "summarizer")
+    wants_abort = "abort_on_summary_failure" not in options and _accepts(
+        target, "abort_on_summary_failure"
+    )
+    if not (missing or wants_summarizer or wants_abort):
         return options
     config = config or resolve_config()
-    return {**options, **{key: config.get(key) for key in missing}}
+    added: dict[str, Any] = {key: config.get(key) for key in missing}
+    if wants_summarizer or wants_abort:
+        setup = configured_summarizers(config, main=main).engine_options()
+        if not wants_summarizer:
+            setup = {k: v for k, v in setup.items() if k == "abort_on_summary_failure"}
+        if not wants_abort:
+            setup.pop("abort_on_summary_failure", None)
+        added.update({k: v for k, v in setup.items() if k not in options and _accepts(target, k)})
+    return {**options, **added}
 
 
 def _check_options(plugin: str, target: Callable[..., Any], options: dict[str, Any]) -> None:
@@ -303,6 +326,8 @@ class Registry:
         *,
         strict: bool = False,
         observers: Iterable[Observer] = (),
+        config: ResolvedConfig | None = None,
+        main_model: MainModel | None = None,
         **options: Any,
     ) -> ContextEngine:
         """Build the engine registered as ``name`` (None: the configured one) with ``options``.
@@ -314,7 +339,13 @@ class Registry:
         ``[tool.contextengine]``...) and adds its engine options under the
         explicit ones. A constructor that takes ``context_length`` or
         ``model`` and was not given them gets the configured values (the
-        host's ``update_model`` adjusts them later anyway). Raises
+        host's ``update_model`` adjusts them later anyway). One that takes a
+        ``summarizer`` and was not given one gets the configured summariser
+        (:func:`~contextengine.summarizer_config.configured_summarizers`, with
+        ``main_model`` as the main model's endpoint: the chat passes its own),
+        and ``main_summarizer`` and ``abort_on_summary_failure`` likewise; with
+        nothing configured that is the offline default. ``config`` is the
+        resolved configuration to use (None: resolve it now). Raises
         EngineNotFoundError for an unknown name and EngineLoadError for an
         option the engine does not accept, always. A plugin that fails to
         import or construct, or is not a ContextEngine, raises EngineLoadError
@@ -322,9 +353,8 @@ class Registry:
         configured context length only) and a warning event naming the plugin
         and its error goes to ``observers``.
         """
-        config = None
         if name is None:
-            config = resolve_config()
+            config = config or resolve_config()
             name = config.engine or DEFAULT_ENGINE
             options = {**config.engine_options, **options}
         candidate, candidates = self._candidate(name)
@@ -333,14 +363,30 @@ class Registry:
         try:
             target = self._import(candidate)
         except EngineLoadError as exc:
-            return self._fall_back(exc, name, candidates, strict=strict, observers=observers)
+            return self._fall_back(
+                exc,
+                name,
+                candidates,
+                strict=strict,
+                observers=observers,
+                config=config,
+                main_model=main_model,
+            )
         # A typo in an option is a configuration mistake: never masked by the fallback.
         _check_options(self._plugin_label(candidate), target, options)
-        options = _with_configured(target, options, config)
+        options = _with_configured(target, options, config, main_model)
         try:
             return self._construct(candidate, target, options)
         except EngineLoadError as exc:
-            return self._fall_back(exc, name, candidates, strict=strict, observers=observers)
+            return self._fall_back(
+                exc,
+                name,
+                candidates,
+                strict=strict,
+                observers=observers,
+                config=config,
+                main_model=main_model,
+            )
 
     def _fall_back(
         self,
@@ -350,6 +396,8 @@ class Registry:
         *,
         strict: bool,
         observers: Iterable[Observer],
+        config: ResolvedConfig | None = None,
+        main_model: MainModel | None = None,
     ) -> ContextEngine:
         """Re-raise ``exc`` when strict (or nothing to fall back to), else build the compressor."""
         fallback = candidates.get(DEFAULT_ENGINE)
@@ -369,7 +417,7 @@ class Registry:
             ),
         )
         target = self._import(fallback)
-        return self._construct(fallback, target, _with_configured(target, {}, None))
+        return self._construct(fallback, target, _with_configured(target, {}, config, main_model))
 
 
 #: The registry behind :func:`load_engine` and :func:`available_engines`.
@@ -381,10 +429,20 @@ def load_engine(
     *,
     strict: bool = False,
     observers: Iterable[Observer] = (),
+    config: ResolvedConfig | None = None,
+    main_model: MainModel | None = None,
     **options: Any,
 ) -> ContextEngine:
-    """Load a context engine by name from the default registry; see :meth:`Registry.load`."""
-    return default_registry.load(name, strict=strict, observers=observers, **options)
+    """Load a context engine by name from the default registry; see :meth:`Registry.load`.
+
+    Every engine that takes a ``summarizer`` gets the configured one (a summary
+    model, or the offline default); ``main_model`` names the main model's
+    endpoint, which summarises when no summary model is configured and is
+    retried once when a separate summary model fails.
+    """
+    return default_registry.load(
+        name, strict=strict, observers=observers, config=config, main_model=main_model, **options
+    )
 
 
 def available_engines() -> list[EngineInfo]:

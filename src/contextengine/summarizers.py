@@ -13,6 +13,11 @@ An engine that compacts a region of the conversation builds a
   chat-completions endpoint, built from the environment by
   :func:`~contextengine.openai_summarizer.summarizer_from_env`. Re-exported here.
 
+:class:`SummaryRequest` and the :class:`Summarizer` protocol live in
+:mod:`contextengine.summary_request` and are re-exported here too. The
+dependency is one-way: this module imports the OpenAI-compatible summariser,
+which imports only :mod:`contextengine.summary_request`, never this module.
+
 The deterministic summary format is stable, so that the next compaction can
 parse it back and merge rather than nest::
 
@@ -37,12 +42,13 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from contextengine.anchors import ANCHOR_KINDS, find_anchors, parse_tool_arguments
 from contextengine.anchors import anchors_from_tool_call as _tool_call_anchors
 from contextengine.openai_summarizer import OpenAICompatibleSummarizer, summarizer_from_env
 from contextengine.summary_prompt import bound_text, content_text
+from contextengine.summary_request import Summarizer, SummaryRequest
 from contextengine.tokens import count_tokens
 
 __all__ = [
@@ -54,52 +60,6 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SummaryRequest:
-    """Everything a summariser needs to summarise one region of a conversation.
-
-    Built by engines, consumed by :class:`Summarizer` implementations. New
-    fields are added with defaults, so summarisers written today keep working.
-    """
-
-    #: The region to summarise, already bounded, redacted and stripped of thinking blocks.
-    messages: list[Message]
-    #: The summary this one replaces (its content is merged, never nested), or "".
-    previous_summary: str = ""
-    #: What a manual compress asked to prioritise, or None.
-    focus_topic: str | None = None
-    #: Text from a memory provider, after ``sanitize_memory_context``.
-    memory_context: str = ""
-    #: The summary must fit in about this many tokens.
-    token_budget: int = 2_000
-    #: The rendered prompt, for summarisers backed by a language model.
-    prompt: str = ""
-    #: Free-form extras for custom summarisers (engine name, depth, ...).
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: Exact identifiers found anywhere in the region, including the parts of it
-    #: not sent in full in ``messages``; already redacted. Each is ``"kind:value"``
-    #: with a kind of :data:`contextengine.anchors.ANCHOR_KINDS` (``"files:src/app.py"``),
-    #: most mentioned and most recent first. Empty when the engine did not collect them.
-    anchors: tuple[str, ...] = ()
-    #: ``time.monotonic()`` by which the summary must be back, or None for no limit:
-    #: the engine's wait cap (:mod:`contextengine.failure_policy`). A summariser
-    #: that cannot finish by then (a ``Retry-After`` beyond it) fails at once.
-    deadline: float | None = None
-
-
-@runtime_checkable
-class Summarizer(Protocol):
-    """Anything with ``summarize(request) -> str``.
-
-    Raise :class:`~contextengine.SummarizerAuthError` when the summariser can
-    never succeed without the user's help (bad key, no quota), and
-    :class:`~contextengine.SummarizerTransientError` for everything that may
-    pass (timeouts, 429, 5xx, malformed answers).
-    """
-
-    def summarize(self, request: SummaryRequest) -> str: ...
 
 
 # ---------------------------------------------------------------- the format

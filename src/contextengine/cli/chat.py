@@ -21,6 +21,11 @@ The engine may add commands (``ContextEngine.chat_commands``; lcm adds
 ``--script FILE`` runs one turn (or slash command) per non-empty line and
 exits: the command's tests drive it that way against the scripted server.
 
+Summaries are written by the configured summary model (``--summary-model``,
+``--summary-base-url``, ``CONTEXTENGINE_SUMMARY_MODEL``...), retried once on
+the chat's own model when it fails; with no summary model configured, by the
+chat's own model at its own endpoint. ``/status`` says which, and why.
+
 ``--resume ID`` continues a saved session with the model, engine and context
 length it was saved with; an option given on the command line wins, and the
 configuration (``CONTEXTENGINE_MODEL``...) only fills what the session did
@@ -50,12 +55,14 @@ from contextengine.chat.commands import (
 )
 from contextengine.chat.session_store import SessionInfo, SessionStore, data_dir
 from contextengine.cli._output import emit_json, json_options
+from contextengine.cli._summary import summary_options
 from contextengine.config import ResolvedConfig, resolve_config
 from contextengine.engine import ContextEngine
 from contextengine.errors import ConfigError, EngineLoadError, EngineNotFoundError
 from contextengine.events import Event
 from contextengine.host import ContextHost
 from contextengine.registry import load_engine
+from contextengine.summarizer_config import MainModel, configured_summarizers
 
 __all__ = ["chat", "sessions"]
 
@@ -101,6 +108,7 @@ class _Session:
         *,
         engine_spec: str,
         saved: bool = False,
+        summary: str = "",
     ) -> None:
         self.agent = agent
         self.host = agent.host
@@ -114,6 +122,8 @@ class _Session:
         self.failed_turns = 0
         #: The engine's own slash commands, checked once (a skipped one is announced).
         self.engine_commands = engine_commands(self.host.engine, self.host.engine_name, click.echo)
+        #: Which summariser writes the summaries and why (what /status shows).
+        self.summary = summary
 
     def save(self) -> None:
         """Save the history, unless nothing was said yet in a session never saved."""
@@ -143,6 +153,7 @@ class _Session:
                 self.save()
         elif name == "status":
             click.echo(_status_line(self.host))
+            click.echo(f"summaries: {self.summary}")
         elif name == "engine":
             engine = self.host.engine
             tools = [str((t.get("function") or {}).get("name")) for t in self.host.tool_schemas()]
@@ -237,6 +248,7 @@ class _Session:
     is_flag=True,
     help="Add Anthropic-style prompt-cache breakpoints to each request.",
 )
+@summary_options
 def chat(
     base_url: str | None,
     model: str | None,
@@ -265,7 +277,12 @@ def chat(
         config = resolve_config(model=model, context_length=context_length)
         if not config.model:
             raise click.UsageError("no model: pass --model or set CONTEXTENGINE_MODEL")
-        engine, engine_spec = _load_engine(engine_name, config, saved)
+        # The chat's own endpoint summarises when no summary model is configured,
+        # and is the one retry when a separate summary model fails.
+        main = MainModel(
+            model=config.model, base_url=base_url or DEFAULT_BASE_URL, api_key=api_key or None
+        )
+        engine, engine_spec = _load_engine(engine_name, config, saved, main)
         host = ContextHost(
             engine,
             model=config.model,
@@ -286,6 +303,7 @@ def chat(
                 engine_spec=engine_spec,
                 resumed=saved is not None,
                 script=script,
+                summary=_summary_note(engine, config, main),
             )
     if session.saved:
         click.echo(
@@ -298,15 +316,24 @@ def chat(
         raise SystemExit(1)
 
 
+def _summary_note(engine: ContextEngine, config: ResolvedConfig, main: MainModel) -> str:
+    """What /status says about the summariser: the configured one, if the engine takes one."""
+    if not hasattr(engine, "summary_chain"):
+        return f"written by the {engine.name!r} engine's own summariser"
+    return configured_summarizers(config, main=main).description
+
+
 def _load_engine(
-    name: str | None, config: ResolvedConfig, saved: SessionInfo | None
+    name: str | None, config: ResolvedConfig, saved: SessionInfo | None, main: MainModel
 ) -> tuple[ContextEngine, str]:
     """The engine, loaded strictly, and the name to save with the session for a resume."""
     spec = name or config.engine
     # The configured engine is loaded as such, so its configured options apply.
     load_as = None if spec == config.engine else spec
     try:
-        engine = load_engine(load_as, strict=True, observers=[_notice])
+        engine = load_engine(
+            load_as, strict=True, observers=[_notice], config=config, main_model=main
+        )
     except (EngineNotFoundError, EngineLoadError) as exc:
         if saved is None or spec != saved.engine:
             raise
@@ -328,6 +355,7 @@ def _run(
     engine_spec: str,
     resumed: bool,
     script: Path | None,
+    summary: str = "",
 ) -> _Session:
     """Run the conversation (the script's lines, or the prompt) and return its final state."""
     agent = ChatAgent(
@@ -337,7 +365,9 @@ def _run(
         on_text=lambda piece: click.echo(piece, nl=False),
         on_tool=lambda line: click.echo(f"[tool] {line}"),
     )
-    session = _Session(agent, store, session_id, system, engine_spec=engine_spec, saved=resumed)
+    session = _Session(
+        agent, store, session_id, system, engine_spec=engine_spec, saved=resumed, summary=summary
+    )
     host.start_session(session_id, resumed=resumed)
     click.echo(
         f"session {session_id} · model {host.model} · engine {host.engine_name} · "

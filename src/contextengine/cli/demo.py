@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from contextengine.cli._output import emit_json, json_options
+from contextengine.cli._summary import summary_options
 from contextengine.demo import DEMO_FACT, DemoRequest, DemoResult, run_demo
 from contextengine.events import CompactionEvent
 from contextengine.messages import message_text
@@ -36,6 +37,7 @@ __all__ = ["demo"]
     help="The pretend model's context window, small so compaction happens several times.",
 )
 @json_options
+@summary_options
 def demo(engine: str, context_length: int, as_json: bool, output: Path | None) -> None:
     """Replay a bundled coding-agent session through a context engine, offline.
 

@@ -4,7 +4,9 @@
 entry-point group (built-in and third-party alike), marking the configured
 one. ``config`` prints the resolved configuration and where each value came
 from (default, pyproject.toml, contextengine.toml, environment variable), with
-secrets masked.
+secrets masked, and which summariser the summary settings add up to and why
+(the ``summarizer`` row: ``offline``, ``summary_model``; see
+:mod:`contextengine.summarizer_config`).
 
 A configured engine that cannot be loaded (``CONTEXTENGINE_ENGINE=nosuch``)
 is reported by both, naming the value and where it came from: ``engines``
@@ -24,6 +26,7 @@ from contextengine.cli._output import emit_json, json_options
 from contextengine.config import ResolvedConfig, resolve_config
 from contextengine.errors import ConfigError
 from contextengine.registry import available_engines, engine_problem
+from contextengine.summarizer_config import configured_summarizers
 
 __all__ = ["config", "engines"]
 
@@ -81,6 +84,14 @@ def config(as_json: bool, output: Path | None) -> None:
     """
     resolved = resolve_config()
     rows = list(resolved.display_items())
+    setup = configured_summarizers(resolved)
+    # Not a setting but what the summary settings add up to: which summariser
+    # compacts (load_engine, replay, demo, eval) and why. chat differs only when
+    # no summary model is set: it summarises with its own model then.
+    why = setup.description
+    if setup.kind == "offline":
+        why += "; contextengine chat summarises with its own model"
+    rows.append(("summarizer", setup.kind, why))
     problem = _engine_problem(resolved)
     data: dict[str, dict[str, str]] = {
         key: {"value": value, "source": source} for key, value, source in rows

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from contextengine.cli._output import emit_json, json_options, writable_path
 from contextengine.cli._progress import SessionProgress
+from contextengine.cli._summary import summary_options
 from contextengine.formats import (
     Session,
     SessionStream,
@@ -321,6 +322,7 @@ def _quiet_library_logs() -> Iterator[None]:
     "session's replay began (to see whether a long replay slows down).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress on standard error.")
+@summary_options
 def replay(
     files: tuple[str, ...],
     engine: str | None,
@@ -486,6 +488,7 @@ def _print_recall(results: Sequence[RecallResult]) -> None:
 )
 @json_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress on standard error.")
+@summary_options
 def recall(
     files: tuple[str, ...],
     qa_files: tuple[str, ...],

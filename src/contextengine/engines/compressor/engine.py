@@ -23,8 +23,10 @@ then :meth:`~ContextCompressor.should_compress` and, when that says yes,
 7. :attr:`ContextCompressor.last_compression` reports the attempt.
 
 Failures never lose data: an auth error aborts and returns the messages
-unchanged; any other summariser failure falls back to the offline
-:class:`~contextengine.DeterministicSummarizer`. Cooldowns, the anti-thrash
+unchanged; any other summariser failure is retried once on the main model
+(``main_summarizer``, when there is one) and then falls back to the offline
+:class:`~contextengine.DeterministicSummarizer`, or aborts with
+``abort_on_summary_failure=True``. Cooldowns, the anti-thrash
 block and the cap on waiting for the summariser are the shared
 :class:`~contextengine.failure_policy.FailurePolicy`: a failure starts a
 cooldown (60 s, 300 s, 900 s, or the provider's ``Retry-After``) for
@@ -65,12 +67,12 @@ from contextengine.failure_policy import (
     DEFAULT_MAX_WAIT_S,
     FailureCause,
     FailurePolicy,
-    cause_of,
 )
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.redact import redact
-from contextengine.summarizers import Summarizer, SummaryRequest
+from contextengine.summary_chain import OFFLINE_SUMMARY_MODEL, SummaryChain
 from contextengine.summary_prompt import render_summary_prompt
+from contextengine.summary_request import Summarizer, SummaryRequest
 from contextengine.tokens import (
     REPLY_PRIMING_TOKENS,
     count_tokens,
@@ -131,6 +133,15 @@ class CompressionReport:
     cause: FailureCause | None = None
     #: The summariser's (or provider's) own words about the failure, else None.
     error: str | None = None
+    #: The model that wrote the summary: the configured summary model, the main
+    #: model (after the summary model failed), or ``"offline"`` (the deterministic
+    #: summariser); None when no summary was written.
+    summary_model: str | None = None
+    #: What went wrong with the models that did not write the summary, naming each
+    #: (``"model: words; model: words"``), else None.
+    summary_error: str | None = None
+    #: The models that failed, comma-separated, else None.
+    summary_failed_model: str | None = None
 
 
 class ContextCompressor(ContextEngine):
@@ -146,6 +157,11 @@ class ContextCompressor(ContextEngine):
       alone is enough when it brings the conversation under this;
     * ``summarizer``: :class:`~contextengine.DeterministicSummarizer` (offline).
 
+    ``main_summarizer`` (the main model's, or None) is asked once when
+    ``summarizer`` fails with anything but an auth error, before the offline
+    fallback. ``abort_on_summary_failure`` makes a failed summary abort the
+    compaction, messages unchanged, instead of falling back to the offline one.
+
     ``summary_input_chars`` bounds how much of the middle is sent to the
     summariser in full (newest first; see :mod:`.request`).
     ``clock`` (seconds, monotonic) times the cooldowns; tests inject a fake.
@@ -160,6 +176,8 @@ class ContextCompressor(ContextEngine):
         context_length: int,
         model: str = "",
         summarizer: Summarizer | None = None,
+        main_summarizer: Summarizer | None = None,
+        abort_on_summary_failure: bool = False,
         threshold_percent: float = 0.75,
         protect_first_n: int = 3,
         protect_last_n: int = 6,
@@ -192,6 +210,10 @@ class ContextCompressor(ContextEngine):
         self._summary_budget_setting = summary_token_budget
         self._target_setting = target_tokens
         self._summarizer = summarizer
+        self._main_summarizer = main_summarizer
+        self._chain: SummaryChain | None = None
+        #: A failed summary aborts the compaction instead of falling back to the offline one.
+        self.abort_on_summary_failure = bool(abort_on_summary_failure)
         self._clock = clock
         self.last_compression: CompressionReport | None = None
         #: Cooldowns, anti-thrash and the wait cap, shared with every engine.
@@ -218,6 +240,14 @@ class ContextCompressor(ContextEngine):
         if self._summarizer is None:
             self._summarizer = _deterministic()
         return self._summarizer
+
+    @property
+    def summary_chain(self) -> SummaryChain:
+        """The summariser, then the main model once: who is asked for a summary, in order."""
+        # Rebuilt when the summariser was replaced: its cooldown was the old one's.
+        if self._chain is None or self._chain.primary is not self.summarizer:
+            self._chain = SummaryChain(self.summarizer, self._main_summarizer, clock=self._clock)
+        return self._chain
 
     # ------------------------------------------------------------------ model and usage
 
@@ -702,46 +732,59 @@ class ContextCompressor(ContextEngine):
     ) -> tuple[str | None, str]:
         """The summary body, or (None, why) when the compaction must abort.
 
+        The configured summariser is asked first, then (on a failure other
+        than auth) the main model once (:class:`~contextengine.summary_chain.SummaryChain`).
         Failures follow the shared :class:`~contextengine.failure_policy.FailurePolicy`:
-        an auth error aborts (and cools down); any other failure, a summary
-        longer than its input or filling the threshold, or a cooldown in progress means the
-        offline fallback writes the summary. The report records the cause.
+        an auth error aborts (and cools down); when every model failed, a
+        summary no smaller than its input or filling the threshold came back, or
+        a cooldown is in progress, the offline fallback writes the summary, or
+        the compaction aborts with ``abort_on_summary_failure``. The report
+        records the cause, which model wrote the summary and which failed.
         """
         policy = self.failure_policy
-        primary = self.summarizer
+        chain = self.summary_chain
         cause: FailureCause
         if not force and policy.cooldown_remaining() > 0:
             # The failing summariser is not called again before its cooldown ends;
             # a compaction that must happen anyway (overflow) gets the fallback.
             cause, error = "cooldown", f"cooling down for {policy.cooldown_remaining():.0f} s"
             policy.record(cause, error)
+            report.summary_failed_model = chain.primary_model
         else:
-            report.summarizer_calls += 1
             request = replace(request, deadline=policy.wait_deadline())
             try:
-                body = primary.summarize(request)
+                result = chain.summarize(
+                    request,
+                    check=lambda text: _check_summary(
+                        text, input_tokens, self.model, self.threshold_tokens
+                    ),
+                )
             except SummarizerAuthError as exc:
+                report.summarizer_calls += 1
                 policy.summarizer_failed("auth", str(exc))
                 report.cause, report.error = "auth", str(exc)
+                report.summary_error, report.summary_failed_model = str(exc), chain.primary_model
                 return None, f"summarizer_auth: {exc}"
-            except Exception as exc:  # any failure falls back: none may lose data
-                cause, error = cause_of(exc), f"{type(exc).__name__}: {exc}"
-                policy.summarizer_failed(
-                    cause, error, retry_after=getattr(exc, "retry_after", None)
-                )
-            else:
-                problem = _check_summary(body, input_tokens, self.model, self.threshold_tokens)
-                if problem is None:
-                    policy.summarizer_succeeded()
-                    return body.strip(), ""
-                cause, error = problem
-                policy.summarizer_failed(cause, error)
-        report.fallback_used = True
+            report.summarizer_calls += result.calls
+            report.summary_error, report.summary_failed_model = result.error, result.failed_model
+            if result.text is not None:
+                policy.summarizer_succeeded()
+                report.summary_model = result.model
+                return result.text, ""
+            cause = result.cause or "server_error"
+            error = result.error or "no summary"
+            # One failure for the whole chain: one step of the cooldown ladder.
+            policy.summarizer_failed(cause, error, retry_after=result.retry_after)
         report.cause, report.error = cause, error
+        if report.summary_error is None:
+            report.summary_error = error
+        if self.abort_on_summary_failure:
+            return None, f"summary_failed: {error}"[:300]
+        report.fallback_used = True
         report.reason = ("fallback: cooldown" if cause == "cooldown" else f"fallback: {error}")[
             :300
         ]
-        if isinstance(primary, _deterministic_class()) and cause != "cooldown":
+        if isinstance(chain.primary, _deterministic_class()) and cause != "cooldown":
             return None, f"summarizer_failed: {error}"
         report.summarizer_calls += 1
         try:
@@ -750,6 +793,7 @@ class ContextCompressor(ContextEngine):
             return None, f"fallback_failed: {type(exc).__name__}: {exc}"
         if not body.strip():
             return None, "fallback_failed: empty summary"
+        report.summary_model = OFFLINE_SUMMARY_MODEL
         return body.strip(), ""
 
     def _assemble(self, regions: Regions, body: str) -> tuple[list[Message], int]:

@@ -23,6 +23,12 @@ summary that points at them (and several summaries with one of the next depth):
   failure aborts the compaction with nothing of that step persisted, because
   truncating would hide a configuration problem. All the summariser calls of
   one compaction share one wait cap.
+* **Which model.** The engine's :class:`~contextengine.summary_chain.SummaryChain`
+  asks the configured summariser and, when it fails with anything but an auth
+  error, the main model once; only when both failed does the step fall back
+  to truncation (or, with ``abort_on_summary_failure``, stop the compaction
+  with that step unwritten, like an auth failure). The outcome names the
+  models that wrote and that failed (``summary_model``, ``summary_failed_model``).
 * **Bounds.** At most ``max_passes`` summaries per compaction and a wall-clock
   deadline (checked before every summariser call, with an injectable clock).
 * **Atomicity.** Every summary is written with its edges and its change to
@@ -55,7 +61,7 @@ from contextengine.engines.lossless.assemble import (
     summary_entry_tokens,
 )
 from contextengine.errors import StoreConflictError, SummarizerAuthError
-from contextengine.failure_policy import FailureCause, FailurePolicy, cause_of
+from contextengine.failure_policy import FailureCause, FailurePolicy
 from contextengine.redact import redact_bounded, redact_messages
 from contextengine.store.protocol import (
     ContextRef,
@@ -64,12 +70,13 @@ from contextengine.store.protocol import (
     Store,
     SummaryRecord,
 )
-from contextengine.summarizers import Summarizer, SummaryRequest
+from contextengine.summary_chain import OFFLINE_SUMMARY_MODEL, ChainResult, SummaryChain
 from contextengine.summary_prompt import (
     content_text,
     render_summary_prompt,
     render_transcript,
 )
+from contextengine.summary_request import Summarizer, SummaryRequest
 from contextengine.tokens import count_tokens, encoding_for_model, get_encoding
 
 __all__ = [
@@ -116,6 +123,9 @@ class CompactionSettings:
     policy: FailurePolicy | None = None
     #: A forced compaction (overflow, manual) calls the summariser even while it cools down.
     force: bool = False
+    #: A failed summary stops the compaction with that step unwritten, instead of
+    #: writing the deterministic truncation.
+    abort_on_summary_failure: bool = False
 
 
 @dataclass(kw_only=True)
@@ -134,11 +144,20 @@ class CompactionOutcome:
     cause: FailureCause | None = None
     #: The summariser's own words about that failure, else None.
     error: str | None = None
+    #: The models that wrote this compaction's summaries, comma-separated in
+    #: order of first use (a summary model, the main model after it failed,
+    #: ``"offline"`` for the deterministic truncation); None when none was written.
+    summary_model: str | None = None
+    #: What went wrong with the models that did not write a summary, naming each, else None.
+    summary_error: str | None = None
+    #: The models that failed, comma-separated, else None.
+    summary_failed_model: str | None = None
 
     @property
     def aborted(self) -> bool:
-        """True when an auth failure stopped the compaction."""
-        return bool(self.stopped and self.stopped.startswith("auth"))
+        """True when an auth failure (or, with ``abort_on_summary_failure``, any
+        summary failure) stopped the compaction."""
+        return bool(self.stopped and self.stopped.startswith(("auth", "summary_failed")))
 
 
 class _Deadline:
@@ -186,11 +205,6 @@ def _for_summariser(messages: Sequence[Message]) -> list[Message]:
     return redact_messages(cleaned)
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    value = getattr(exc, "retry_after", None)
-    return float(value) if isinstance(value, int | float) else None
-
-
 def _truncate(text: str, max_tokens: int, model: str | None) -> str:
     encoding = get_encoding(encoding_for_model(model))
     tokens = encoding.encode(text, disallowed_special=())
@@ -199,9 +213,13 @@ def _truncate(text: str, max_tokens: int, model: str | None) -> str:
     return str(encoding.decode(tokens[: max(0, max_tokens)]))
 
 
+class _SummaryFailed(Exception):
+    """A summary failed and ``abort_on_summary_failure`` asks to stop rather than truncate."""
+
+
 @dataclass
 class _Ladder:
-    summarizer: Summarizer
+    chain: SummaryChain
     settings: CompactionSettings
     deadline: _Deadline
     calls: int = 0
@@ -209,6 +227,19 @@ class _Ladder:
     #: summariser is not called again: the rest of the compaction falls back.
     failure: tuple[FailureCause, str] | None = None
     wait_deadline: float | None = None
+    #: The models that wrote summaries, in order of first use.
+    models: list[str] = field(default_factory=list)
+    #: Failures of models that did not write a summary, as (model, words), in order.
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def _note(self, result: ChainResult) -> None:
+        for attempt in result.failures:
+            if (attempt.model, attempt.error) not in self.failed:
+                self.failed.append((attempt.model, attempt.error))
+
+    def wrote(self, model: str) -> None:
+        if model not in self.models:
+            self.models.append(model)
 
     def _usable(self) -> bool:
         """Whether to call the summariser for the next summary, recording why not."""
@@ -269,27 +300,33 @@ class _Ladder:
                 metadata={"engine": "lcm", "kind": kind, "depth": depth, "level": level},
                 deadline=self.wait_deadline,
             )
-            self.calls += 1
             try:
-                text = self.summarizer.summarize(request)
+                result = self.chain.summarize(request)
             except SummarizerAuthError as exc:
+                self.calls += 1
+                self.failed.append((self.chain.primary_model, str(exc)))
                 self._failed("auth", str(exc))
                 raise
-            except Exception as exc:  # any other failure is transient: fall back
-                self._failed(cause_of(exc), f"{type(exc).__name__}: {exc}", _retry_after(exc))
+            self.calls += result.calls
+            self._note(result)
+            if result.text is None:
+                # The whole chain failed: one failure, one step of the cooldown ladder.
+                self._failed(
+                    result.cause or "server_error", result.error or "no summary", result.retry_after
+                )
                 break
-            text = (text or "").strip()
-            if not text:
-                self._failed("bad_response", "empty summary")
-                break
-            tokens = count_tokens(text, model)
+            tokens = count_tokens(result.text, model)
             if tokens < input_tokens:
                 if self.settings.policy is not None:
                     self.settings.policy.summarizer_succeeded()
-                return text, False
+                self.wrote(result.model or self.chain.primary_model)
+                return result.text, False
             too_long = f"a summary of {tokens} tokens for {input_tokens} tokens of input"
         if too_long and self.failure is None:
             self._failed("over_budget", too_long)
+        if self.settings.abort_on_summary_failure and self.failure is not None:
+            raise _SummaryFailed(self.failure[1])
+        self.wrote(OFFLINE_SUMMARY_MODEL)
         source = (
             previous
             if kind == "condensed"
@@ -432,7 +469,7 @@ def run_compaction(
     conversation_id: str,
     items: list[ContextItem],
     split_of: Callable[[list[ContextItem]], TailSplit],
-    summarizer: Summarizer,
+    summarizer: Summarizer | SummaryChain,
     settings: CompactionSettings,
 ) -> CompactionOutcome:
     """Summarise everything outside the fresh tail, condensing as summaries accumulate.
@@ -441,9 +478,12 @@ def run_compaction(
     the start (replacing older items by summaries does not move it). Each
     summary is committed with a :class:`~contextengine.store.ContextSplice` of
     the run it replaces. Returns the new context; the store already holds it.
+    ``summarizer`` may be a :class:`~contextengine.summary_chain.SummaryChain`
+    (the engine's, which keeps the summary model's cooldown across compactions).
     """
     deadline = _Deadline(settings)
-    ladder = _Ladder(summarizer, settings, deadline)
+    chain = summarizer if isinstance(summarizer, SummaryChain) else SummaryChain(summarizer)
+    ladder = _Ladder(chain, settings, deadline)
     plan = _Plan(list(items), split_of(list(items)))
     outcome = CompactionOutcome(items=list(items))
     model = settings.model
@@ -473,6 +513,9 @@ def run_compaction(
         except SummarizerAuthError as exc:
             outcome.stopped = f"auth: {exc}"
             break
+        except _SummaryFailed as exc:
+            outcome.stopped = f"summary_failed: {exc}"
+            break
         except StoreConflictError as exc:
             outcome.stopped = f"conflict: {exc}"
             break
@@ -480,6 +523,11 @@ def run_compaction(
             outcome.summarizer_calls = ladder.calls
             if ladder.failure is not None:
                 outcome.cause, outcome.error = ladder.failure
+            outcome.summary_model = ", ".join(ladder.models) or None
+            outcome.summary_error = "; ".join(f"{m}: {w}" for m, w in ladder.failed) or None
+            outcome.summary_failed_model = (
+                ", ".join(dict.fromkeys(m for m, _ in ladder.failed)) or None
+            )
         if not record.source_ids:
             record = replace(record, source_ids=tuple(new.source_ids))
         summary = _summary_item(record, model)

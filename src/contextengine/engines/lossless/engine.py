@@ -71,8 +71,10 @@ from contextengine.messages import repair_message
 from contextengine.redact import redact, redact_message
 from contextengine.store import default_store_path, open_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
-from contextengine.summarizers import DeterministicSummarizer, Summarizer
+from contextengine.summarizers import DeterministicSummarizer
+from contextengine.summary_chain import SummaryChain
 from contextengine.summary_prompt import content_text
+from contextengine.summary_request import Summarizer
 from contextengine.tokens import count_tokens, message_tokens
 from contextengine.usage import normalize_usage
 
@@ -106,7 +108,10 @@ class LosslessEngine(ContextEngine):
     ``store`` is a path, ``":memory:"``, a URL or a Store object (None: the
     default archive file); a store the engine opened itself is closed by
     :meth:`close`. ``summarizer`` defaults to the offline
-    :class:`~contextengine.DeterministicSummarizer`. Sizes left as None derive
+    :class:`~contextengine.DeterministicSummarizer`; ``main_summarizer`` (the
+    main model's) is asked once when it fails with anything but an auth
+    error, before the truncation fallback; ``abort_on_summary_failure`` stops
+    the compaction at a failed summary instead of truncating. Sizes left as None derive
     from the context length: ``fresh_tail_tokens`` a quarter of the threshold,
     ``leaf_chunk_tokens`` an eighth of the context (500..20,000), one summary
     at most a 32nd of the context (128..2,000). A tool result is moved out of
@@ -132,6 +137,8 @@ class LosslessEngine(ContextEngine):
         model: str = "",
         store: Store | str | os.PathLike[str] | None = None,
         summarizer: Summarizer | None = None,
+        main_summarizer: Summarizer | None = None,
+        abort_on_summary_failure: bool = False,
         threshold_percent: float = 0.75,
         fresh_tail_tokens: int | None = None,
         leaf_chunk_tokens: int | None = None,
@@ -158,6 +165,10 @@ class LosslessEngine(ContextEngine):
             redact_message if getattr(self._store, "redact_at_rest", False) else _same
         )
         self._summarizer: Summarizer = summarizer or DeterministicSummarizer()
+        #: The summariser, then the main model once (it keeps the summary model's cooldown).
+        self.summary_chain = SummaryChain(self._summarizer, main_summarizer, clock=clock)
+        #: A failed summary stops the compaction instead of writing a truncation.
+        self.abort_on_summary_failure = bool(abort_on_summary_failure)
         self._fresh_tail_tokens = fresh_tail_tokens
         self._leaf_chunk_tokens = leaf_chunk_tokens
         self._summary_tokens = summary_tokens
@@ -693,6 +704,7 @@ class LosslessEngine(ContextEngine):
             memory_context=sanitize_memory_context(memory_context) if memory_context else "",
             policy=self.failure_policy,
             force=force,
+            abort_on_summary_failure=self.abort_on_summary_failure,
         )
         assert self._conversation_id is not None or not self._context
         if self._conversation_id is not None:
@@ -710,7 +722,7 @@ class LosslessEngine(ContextEngine):
                         conversation_id=self._conversation_id,
                         items=self._context.items,
                         split_of=split_of,
-                        summarizer=self._summarizer,
+                        summarizer=self.summary_chain,
                         settings=settings,
                     )
                 except BaseException:
