@@ -24,7 +24,7 @@ phases:
   store open, migrations, resume);
 - **compaction**: at a random delay after the summariser was called (the
   worker's summariser wraps the offline one and says "compaction started"
-  first; the window is twice the median compaction time seen so far), so the
+  first; the window is 1.5 times the median compaction time seen so far), so the
   kill lands in the summariser or in the store's ``commit_compaction``;
 - **bulk**: at a random delay after ``store.import_messages`` of a batch of
   500 messages into a conversation of its own started (an importer's path).
@@ -70,6 +70,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter, defaultdict
@@ -371,6 +372,7 @@ def kill_once(
     child is a process of its own all the same (its own connections, opened
     after the fork; the parent holds none open while it forks).
     """
+    _single_threaded()
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as errors:
         pid = os.fork()
@@ -395,6 +397,16 @@ def kill_once(
     else:
         error = error or f"worker ended by itself (status {status})"
     return _read_lines(phase, chain, text.decode().split("\n")[:-1], error)
+
+
+def _single_threaded(wait_s: float = 2.0) -> None:
+    """Wait until this process runs one thread, so a fork copies no lock another holds.
+
+    A closed PostgreSQL pool's threads may take a moment to finish.
+    """
+    until = time.monotonic() + wait_s
+    while threading.active_count() > 1 and time.monotonic() < until:
+        time.sleep(0.01)
 
 
 def _watch(fd: int, phase: str, rng: random.Random, window: float) -> bytes | None:
@@ -886,6 +898,7 @@ def measure(
 ) -> list[PhaseStats]:
     """Every kill of the run (SQLite, then PostgreSQL when ``pg_url``), one row per phase."""
     rng = random.Random(seed)
+    started = time.perf_counter()
     rows: list[PhaseStats] = []
     # Loaded once here, so every forked worker inherits the tokenizer instead of
     # loading it (a second of start-up that no kill would then land in).
@@ -903,8 +916,15 @@ def measure(
             counts = {p: COUNTS[store_name][p][1 if quick else 0] for p in PHASES}
             stats = {p: PhaseStats(store_name, p) for p in PHASES if counts[p]}
             windows: dict[str, list[float]] = defaultdict(list)
-            for phases in schedule(counts, rng):
+            chains = schedule(counts, rng)
+            for number, phases in enumerate(chains, 1):
                 chain = next(chain_ids)
+                print(
+                    f"crash: {store_name} chain {number}/{len(chains)}"
+                    f" ({time.perf_counter() - started:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 state = folder / f"state-{chain}.json"
                 if store_name == "SQLite":
                     path = str(folder / f"archive-{chain}.db")
