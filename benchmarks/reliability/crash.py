@@ -290,8 +290,6 @@ def worker(store: str, state_path: Path, phase: str, chain: int, out: int) -> in
 
     from contextengine import CompactionEvent
 
-    started = [0.0]
-
     def observe(event: Any) -> None:
         # Only attempts that called the summariser (the others did no work to crash in).
         if isinstance(event, CompactionEvent) and summarizer.since is not None:
@@ -312,9 +310,9 @@ def worker(store: str, state_path: Path, phase: str, chain: int, out: int) -> in
             batch = int(state["batch"])
             conversation = archive.open_conversation(bulk_key(chain, batch))
             say("I")
-            started[0] = time.perf_counter()
+            started = time.perf_counter()
             archive.import_messages(conversation, bulk_messages(chain, batch))
-            say(f"J {batch} {time.perf_counter() - started[0]:.6f}")
+            say(f"J {batch} {time.perf_counter() - started:.6f}")
             state["batch"] = batch + 1
         else:
             say("S")
