@@ -318,7 +318,40 @@ def test_a_selected_context_is_sent_but_never_persisted() -> None:
     assert host.prepare_request(history, incoming=incoming) == selection
     assert host.history is history
     (call,) = engine.calls_to("select_context")
-    assert call["incoming_message"] is incoming and call["budget_tokens"] == 75_000
+    assert call["incoming_message"] == incoming and call["budget_tokens"] == 75_000
+
+
+class EditingEngine(RecordingEngine):
+    """Edits whatever select_context is given, in place, and sends nothing of its own."""
+
+    def select_context(
+        self,
+        request_messages: list[Message],
+        *,
+        conversation_messages: list[Message] | None = None,
+        incoming_message: Message | None = None,
+        budget_tokens: int = 0,
+    ) -> list[Message] | None:
+        for given in (request_messages, conversation_messages or []):
+            given[0]["content"] = "HACK"
+            given[1]["content"] = [{"type": "text", "text": "HACK"}]
+            given.append({"role": "user", "content": "injected"})
+        if incoming_message is not None:
+            incoming_message["content"] = "HACK"
+        return None
+
+
+def test_select_context_edits_a_copy_never_the_saved_history() -> None:
+    host, _ = make_host(EditingEngine())
+    history = conversation(3)
+    pristine = copy.deepcopy(history)
+    for _ in range(2):  # the second request reuses the copies made by the first
+        request = host.prepare_request(history, incoming=history[-1])
+        assert history == pristine and host.history == pristine
+        assert request == pristine
+    history = [*history, {"role": "user", "content": "one more"}]
+    host.prepare_request(history)
+    assert history[:-1] == pristine and history[-1] == {"role": "user", "content": "one more"}
 
 
 # ---------------------------------------------------------------------- old engines and kwargs

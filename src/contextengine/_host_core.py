@@ -52,5 +52,6 @@ class _HostCore(_RequestPipeline, _ToolRouting):
         self._history = []
         self._prefix.reset()
         self._view_prefix.reset()
+        self._history_copy.reset()
         self._rough_at_response = 0
         yield from self._op_start_session(new_session_id, {})

@@ -29,7 +29,16 @@ from contextengine.engine import ContextEngine, call_with_supported_kwargs
 from contextengine.events import Event, HostEvent, Observer, notify
 from contextengine.tokens import REPLY_PRIMING_TOKENS, estimate_tokens_rough, message_tokens
 
-__all__ = ["HookCall", "Message", "Op", "_HostState", "_Prefix", "_describe", "_hook"]
+__all__ = [
+    "HookCall",
+    "Message",
+    "Op",
+    "_HostState",
+    "_Prefix",
+    "_copy_value",
+    "_describe",
+    "_hook",
+]
 
 logger = logging.getLogger("contextengine.host")
 
@@ -127,6 +136,48 @@ class _Prefix:
         return self.rough + REPLY_PRIMING_TOKENS
 
 
+def _copy_value(value: Any) -> Any:
+    """A copy of the containers of ``value`` (dicts, lists); strings and numbers are shared."""
+    if isinstance(value, dict):
+        return {key: _copy_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_value(item) for item in value]
+    return value
+
+
+class _HistoryCopy:
+    """Deep copies of the history's messages, made once per message.
+
+    ``select_context`` gets these instead of the history: an engine that edits
+    what it is given (a probe set the system prompt to "HACK") edits a copy,
+    never the conversation the agent persists. Like :class:`_Prefix`, the
+    known prefix is recognised by identity, so only appended messages are
+    copied; an engine that edits a copy sees its own edit next time, which
+    changes nothing that is persisted or, unless it returns it, sent.
+    """
+
+    __slots__ = ("_copies", "_tracker")
+
+    def __init__(self) -> None:
+        self._tracker = _Prefix()
+        self._copies: list[Message] = []
+
+    def reset(self) -> None:
+        self._tracker.reset()
+        self._copies = []
+
+    def of(self, messages: Sequence[Message]) -> list[Message]:
+        """A new list of copies of ``messages`` (copying only those not seen before)."""
+        tracker = self._tracker
+        tracker.sync(messages)
+        if tracker.count == 0:
+            self._copies = []
+        if len(messages) > len(self._copies):
+            self._copies.extend(_copy_value(msg) for msg in messages[len(self._copies) :])
+        tracker.extend(messages, estimate=False)
+        return list(self._copies[: len(messages)])
+
+
 class _HostState:
     """The state every part of the host reads, and the plumbing they share."""
 
@@ -160,6 +211,8 @@ class _HostState:
         # The last view select_context returned, validated: an engine that extends
         # its view between requests (lcm) gets only the appended messages checked.
         self._view_prefix = _Prefix(model or None)
+        # What select_context is given: copies, so that it cannot edit the history.
+        self._history_copy = _HistoryCopy()
         self._turn_passes = 0
         self._turn_notes: set[str] = set()
         # Repairs already reported this session: a broken pair in the history
@@ -203,6 +256,7 @@ class _HostState:
         """Drop the per-prefix estimates: call after editing old history messages in place."""
         self._prefix.reset()
         self._view_prefix.reset()
+        self._history_copy.reset()
 
     def _emit(self, event: Event) -> None:
         notify(self.observers, event)
