@@ -693,3 +693,45 @@ def test_a_thinking_only_turn_is_repaired_and_the_conversation_still_compacts(
     assert count_message_tokens(compacted) < count_message_tokens(
         [{**m, "content": m["content"] or ""} for m in history]
     )
+
+
+# ---------------------------------------------------------------------- tool schemas
+
+
+class SchemaEngine(RecordingEngine):
+    """Returns its tool schemas in whatever shape it was given."""
+
+    def __init__(self, schemas: Any) -> None:
+        super().__init__()
+        self.schemas = schemas
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return self.schemas  # type: ignore[no-any-return]  # deliberately any shape
+
+
+PARAMS = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+
+def test_tool_schemas_are_wrapped_named_and_unique_whatever_the_engine_returned() -> None:
+    schemas = [
+        {"name": "bare", "description": "a bare function", "parameters": PARAMS},
+        {"type": "function", "function": {"name": "wrapped", "parameters": PARAMS}},
+        {"name": "anthropic", "description": "d", "input_schema": PARAMS},
+        {"description": "no name at all", "parameters": PARAMS},
+        {"type": "function", "function": {"name": "  ", "parameters": PARAMS}},
+        {"type": "function", "function": {"name": "bare", "description": "duplicate"}},
+        "not a schema",
+    ]
+    host, _ = make_host(SchemaEngine(schemas))
+    offered = host.tool_schemas()
+    assert [s["function"]["name"] for s in offered] == ["bare", "wrapped", "anthropic"]
+    assert all(s["type"] == "function" and set(s) == {"type", "function"} for s in offered)
+    assert offered[0]["function"]["description"] == "a bare function"
+    assert offered[2]["function"]["parameters"] == PARAMS
+    assert "input_schema" not in offered[2]["function"]
+
+
+@pytest.mark.parametrize("schemas", [None, "lcm_grep", {"name": "x"}], ids=["none", "str", "dict"])
+def test_tool_schemas_that_are_not_a_list_offer_nothing(schemas: Any) -> None:
+    host, _ = make_host(SchemaEngine(schemas))
+    assert host.tool_schemas() == []
