@@ -173,3 +173,21 @@ def test_session_reset_clears_conversation_state(engine: ContextEngine) -> None:
     assert engine.compression_count == 0
     engine.on_session_start("contract-session-2")
     assert engine.threshold_tokens == int(CONTEXT_LENGTH * engine.threshold_percent)
+
+
+def test_another_model_clears_the_cooldown_and_the_real_usage_calibration(
+    engine: ContextEngine,
+) -> None:
+    policy = getattr(engine, "failure_policy", None)
+    if policy is not None:
+        policy.summarizer_failed("timeout", "the summariser timed out")
+        assert policy.cooldown_remaining() > 0
+    engine.update_from_response({"prompt_tokens": 3_000, "completion_tokens": 20})
+    assert engine.last_prompt_tokens == 3_000
+    engine.update_model("gpt-4o", CONTEXT_LENGTH)  # the same model keeps both
+    assert engine.last_prompt_tokens == 3_000
+    engine.update_model("claude-sonnet-4", CONTEXT_LENGTH)
+    assert engine.last_prompt_tokens == 0
+    assert engine.get_status()["last_prompt_tokens"] == 0
+    if policy is not None:
+        assert policy.cooldown_remaining() == 0

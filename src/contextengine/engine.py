@@ -325,7 +325,14 @@ class ContextEngine(ABC):
         the per-model override from :attr:`model_thresholds` (longest substring
         match of the model name) or else the percent configured before any
         override, so switching back to an unmatched model restores it.
+        Another model (a different name) also forgets the last real usage: it
+        was counted by the old model's tokenizer, and a count from the new
+        one arrives with its first response.
         """
+        if model != self.model:
+            self.last_prompt_tokens = 0
+            self.last_completion_tokens = 0
+            self.last_total_tokens = 0
         if self._configured_threshold_percent is None:
             self._configured_threshold_percent = self.threshold_percent
         percent = self._configured_threshold_percent

@@ -231,10 +231,12 @@ class ContextCompressor(ContextEngine):
 
         Called at construction and by the host on every model switch: a new
         context length makes the old "ineffective" verdict meaningless, and
-        another model makes the old cooldown meaningless too.
+        another model makes the old cooldown meaningless too, and the
+        calibration of the rough estimate against real usage (another tokenizer).
         """
         if model != self.model:
             self.failure_policy.reset()
+            self._pending_rough = self._rough_at_usage = None
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         threshold = self.threshold_tokens
         self.tail_token_budget = (

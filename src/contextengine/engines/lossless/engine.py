@@ -640,10 +640,12 @@ class LosslessEngine(ContextEngine):
         """Adopt a model and its context length; another model clears the failure policy.
 
         Called at construction and by the host on every model switch. The
-        view is rebuilt on the next request (token counts are per model).
+        view is rebuilt on the next request (token counts are per model), and
+        the provider overhead learned from real usage is forgotten with it.
         """
         if model != self.model:
             self.failure_policy.reset()
+            self._overhead = 0
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         self._view.invalidate()
 
