@@ -14,6 +14,7 @@ from contextengine.engine import (
     ContextEngine,
     automatic_compaction_status_message,
     call_with_supported_kwargs,
+    compaction_threshold,
     sanitize_memory_context,
 )
 from contextengine.engines.compressor import (
@@ -107,6 +108,7 @@ __all__ = [
     "automatic_compaction_status_message",
     "available_engines",
     "call_with_supported_kwargs",
+    "compaction_threshold",
     "count_message_tokens",
     "count_tokens",
     "estimate_tokens_rough",

@@ -223,6 +223,8 @@ class _HostState:
         # The tool schemas of the last request and their tokens (counted once per list).
         self._tools_seen: object = None
         self._tools_tokens = 0
+        # The last request max_tokens told to the engine (the output it reserves).
+        self._max_tokens: int | None = None
         self._update_model(model, self.context_length)
 
     @property
@@ -292,6 +294,20 @@ class _HostState:
             self._warn(
                 "hook_failed", f"update_model failed: {_describe(exc)}", error=_describe(exc)
             )
+
+    def _reserve_output(self, max_tokens: int | None) -> None:
+        """Tell the engine the request's ``max_tokens`` when it differs from the last one."""
+        if max_tokens is None or max_tokens == self._max_tokens:
+            return
+        self._max_tokens = max_tokens
+        try:
+            # An attribute, not an update_model argument: engines that override
+            # update_model with the contract's signature keep type-checking.
+            self.engine.reserved_output_tokens = max(0, int(max_tokens))
+        except Exception as exc:
+            self._warn("hook_failed", f"reserving max_tokens failed: {_describe(exc)}")
+            return
+        self._update_model(self.model, self.context_length)
 
     def _rough(self, messages: list[Message]) -> int:
         """Rough estimate, incremental for the tracked history, full for other lists."""

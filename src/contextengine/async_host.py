@@ -96,8 +96,10 @@ class AsyncContextHost(_HostCore):
         *,
         incoming: Message | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[Message]:
         """The message list to send for this request (see ``ContextHost.prepare_request``)."""
+        self._reserve_output(max_tokens)
         return await self._run(self._op_prepare(messages, incoming, tools))
 
     async def record_response(self, usage: Any) -> dict[str, int]:

@@ -42,11 +42,16 @@ __all__ = [
     "ContextEngine",
     "automatic_compaction_status_message",
     "call_with_supported_kwargs",
+    "compaction_threshold",
     "sanitize_memory_context",
 ]
 
 Message = dict[str, Any]
 T = TypeVar("T")
+
+#: The threshold's floor (see :func:`compaction_threshold`): a cap or an output
+#: reservation never brings it under this many tokens, nor under half the window.
+MIN_THRESHOLD_TOKENS = 4_096
 
 #: Bounds of :func:`sanitize_memory_context`.
 MEMORY_CONTEXT_MAX_CHARS = 6_000
@@ -84,6 +89,12 @@ class ContextEngine(ABC):
     #: Per-model threshold overrides: the longest key that is a substring of the
     #: model name wins. Never mutated in place; assign a new dict per instance.
     model_thresholds: dict[str, float] = {}  # noqa: RUF012 - read-only default, see above
+    #: An absolute cap on ``threshold_tokens`` beside the percentage (None: no cap).
+    max_threshold_tokens: int | None = None
+    #: Output space reserved for the reply (the request's ``max_tokens``, which
+    #: the host sets here before calling :meth:`update_model`): the threshold
+    #: stays this far below the context length.
+    reserved_output_tokens: int = 0
     #: Optional report of the last compress call, read by hosts for their events:
     #: any object or mapping with ``summarizer_calls`` and ``fallback_used``.
     last_compression: Any = None
@@ -320,14 +331,16 @@ class ContextEngine(ABC):
     ) -> None:
         """Adopt a model and its context length; recompute ``threshold_tokens``.
 
-        Called by the host at construction and on every model switch.
-        ``threshold_tokens = int(context_length * percent)``, where percent is
-        the per-model override from :attr:`model_thresholds` (longest substring
-        match of the model name) or else the percent configured before any
-        override, so switching back to an unmatched model restores it.
-        Another model (a different name) also forgets the last real usage: it
-        was counted by the old model's tokenizer, and a count from the new
-        one arrives with its first response.
+        Called by the host at construction, on every model switch, and when
+        the request's ``max_tokens`` changes (the host sets
+        :attr:`reserved_output_tokens` first). ``threshold_tokens`` is
+        :func:`compaction_threshold` of the context length and percent, where
+        percent is the per-model override from :attr:`model_thresholds`
+        (longest substring match of the model name) or else the percent
+        configured before any override, so switching back to an unmatched
+        model restores it. Another model (a different name) also forgets the
+        last real usage: it was counted by the old model's tokenizer, and a
+        count from the new one arrives with its first response.
         """
         if model != self.model:
             self.last_prompt_tokens = 0
@@ -342,7 +355,41 @@ class ContextEngine(ABC):
         self.model = model
         self.context_length = int(context_length)
         self.threshold_percent = percent
-        self.threshold_tokens = int(self.context_length * percent)
+        self.threshold_tokens = compaction_threshold(
+            self.context_length,
+            percent,
+            cap=self.max_threshold_tokens,
+            reserved_output=self.reserved_output_tokens,
+        )
+
+
+def compaction_threshold(
+    context_length: int, percent: float, *, cap: int | None = None, reserved_output: int = 0
+) -> int:
+    """The prompt size, in tokens, at which automatic compaction starts.
+
+    The rule, in order:
+
+    1. ``context_length * percent``, the configured share of the window;
+    2. no more than ``cap`` (an absolute limit, when one is configured);
+    3. no more than ``context_length - reserved_output``, so that the reply
+       (the request's ``max_tokens``) still fits after the prompt;
+    4. never under the floor: the smallest of step 1, :data:`MIN_THRESHOLD_TOKENS`
+       (4,096) and half the window. Steps 2 and 3 can otherwise leave a
+       threshold that the system prompt and the summary alone exceed (a
+       16k-token ``max_tokens`` on a 16k window), and compaction would run on
+       every request to no effect. The percentage alone is trusted as
+       configured: a deliberately low one is not raised.
+    """
+    context_length = max(0, int(context_length))
+    share = int(context_length * percent)
+    threshold = share
+    if cap is not None and cap > 0:
+        threshold = min(threshold, int(cap))
+    if reserved_output > 0:
+        threshold = min(threshold, context_length - int(reserved_output))
+    floor = min(share, MIN_THRESHOLD_TOKENS, context_length // 2)
+    return max(threshold, floor)
 
 
 def automatic_compaction_status_message(

@@ -102,8 +102,13 @@ class ContextHost(_HostCore):
         *,
         incoming: Message | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[Message]:
         """The message list to send for this request; see the module docstring.
+
+        ``max_tokens``, the request's output limit, is reserved when the
+        engine computes its threshold (passed on to ``update_model`` when it
+        changes).
 
         Runs preflight compaction, ``select_context`` (fail-open), sanitising and
         validation, the window guarantee (:mod:`contextengine.window`: ``tools``,
@@ -114,6 +119,7 @@ class ContextHost(_HostCore):
         prompt, the tool schemas and the latest user message alone exceed the
         context window.
         """
+        self._reserve_output(max_tokens)
         return _drive(self._op_prepare(messages, incoming, tools))
 
     def record_response(self, usage: Any) -> dict[str, int]:

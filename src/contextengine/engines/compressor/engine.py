@@ -148,7 +148,11 @@ class ContextCompressor(ContextEngine):
     ``clock`` (seconds, monotonic) times the cooldowns; tests inject a fake.
     ``max_summary_wait_s`` caps how long one compaction waits on the
     summariser, retries included. ``proactive_prune_tokens`` opts in to
-    :meth:`prune_tool_results_only`.
+    :meth:`prune_tool_results_only`. ``max_threshold_tokens`` caps the
+    threshold in tokens beside ``threshold_percent``, and
+    ``reserved_output_tokens`` keeps room for the reply (the host updates it
+    from each request's ``max_tokens``); see
+    :func:`~contextengine.engine.compaction_threshold` for the whole rule.
     """
 
     def __init__(
@@ -169,6 +173,8 @@ class ContextCompressor(ContextEngine):
         summary_input_chars: int = DEFAULT_SUMMARY_INPUT_CHARS,
         clock: Callable[[], float] = time.monotonic,
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
+        max_threshold_tokens: int | None = None,
+        reserved_output_tokens: int = 0,
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
@@ -179,6 +185,8 @@ class ContextCompressor(ContextEngine):
         if protect_first_n < 0 or protect_last_n < 0:
             raise ValueError("protect_first_n and protect_last_n must be >= 0")
         self.threshold_percent = threshold_percent
+        self.max_threshold_tokens = max_threshold_tokens
+        self.reserved_output_tokens = max(0, int(reserved_output_tokens))
         self.protect_first_n = protect_first_n
         self.protect_last_n = protect_last_n
         self.model_thresholds = dict(model_thresholds or {})

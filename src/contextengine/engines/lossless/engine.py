@@ -108,6 +108,9 @@ class LosslessEngine(ContextEngine):
     ``redact_at_rest`` opens the store with secrets redacted before they are
     stored (a store passed as an object keeps its own setting): the view then
     shows ``[REDACTED]`` for them too, and they cannot be recovered.
+    ``max_threshold_tokens`` and ``reserved_output_tokens`` shape the
+    threshold as for the compressor
+    (:func:`~contextengine.engine.compaction_threshold`).
     """
 
     def __init__(
@@ -129,8 +132,12 @@ class LosslessEngine(ContextEngine):
         summary_tokens: int | None = None,
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
         redact_at_rest: bool = False,
+        max_threshold_tokens: int | None = None,
+        reserved_output_tokens: int = 0,
     ) -> None:
         self.threshold_percent = threshold_percent
+        self.max_threshold_tokens = max_threshold_tokens
+        self.reserved_output_tokens = max(0, int(reserved_output_tokens))
         self.model_thresholds = {}
         self._owns_store = not isinstance(store, Store) or isinstance(store, str | os.PathLike)
         options = {"redact_at_rest": True} if redact_at_rest else {}
