@@ -9,8 +9,9 @@ then :meth:`~ContextCompressor.should_compress` and, when that says yes,
    messages on the first compaction; once a summary exists, the system prompt
    and that summary only (see :mod:`.boundaries`).
 2. **Tail**: the recent messages within ``tail_token_budget``, at least
-   ``protect_last_n`` of them, always with the latest real user message and
-   its turn, never splitting a tool call from its results.
+   ``protect_last_n`` of them, always with the latest real user message
+   (``min_tail_user_messages`` of them) and its turn, never splitting a tool
+   call from its results.
 3. **Pass 1** (no model, :mod:`.prune`): descriptors for big tool outputs,
    pointers for repeated ones, shrunk arguments. When the conversation then
    fits under ``target_tokens`` compaction stops here.
@@ -175,6 +176,7 @@ class ContextCompressor(ContextEngine):
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
         max_threshold_tokens: int | None = None,
         reserved_output_tokens: int = 0,
+        min_tail_user_messages: int = 1,
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
@@ -182,8 +184,12 @@ class ContextCompressor(ContextEngine):
             raise ValueError(f"threshold_percent must be in (0, 1], got {threshold_percent!r}")
         if not 0 < target_percent <= 1:
             raise ValueError(f"target_percent must be in (0, 1], got {target_percent!r}")
-        if protect_first_n < 0 or protect_last_n < 0:
-            raise ValueError("protect_first_n and protect_last_n must be >= 0")
+        if protect_first_n < 0 or protect_last_n < 0 or min_tail_user_messages < 0:
+            raise ValueError(
+                "protect_first_n, protect_last_n and min_tail_user_messages must be >= 0"
+            )
+        #: Real user messages the kept tail always holds (their turns with them).
+        self.min_tail_user_messages = min_tail_user_messages
         self.threshold_percent = threshold_percent
         self.max_threshold_tokens = max_threshold_tokens
         self.reserved_output_tokens = max(0, int(reserved_output_tokens))
@@ -460,6 +466,7 @@ class ContextCompressor(ContextEngine):
             protect_last_n=self.protect_last_n,
             tail_token_budget=self.tail_token_budget,
             turn_cap=turn_cap,
+            min_tail_user_messages=self.min_tail_user_messages,
         )
 
     def _range_tokens(self, tokens: LazyTokens, messages: list[Message], a: int, b: int) -> int:

@@ -108,8 +108,9 @@ class LosslessEngine(ContextEngine):
     ``redact_at_rest`` opens the store with secrets redacted before they are
     stored (a store passed as an object keeps its own setting): the view then
     shows ``[REDACTED]`` for them too, and they cannot be recovered.
-    ``max_threshold_tokens`` and ``reserved_output_tokens`` shape the
-    threshold as for the compressor
+    ``min_tail_user_messages`` (1) user messages are always in the fresh
+    tail, as for the compressor; ``max_threshold_tokens`` and
+    ``reserved_output_tokens`` shape the threshold as for the compressor
     (:func:`~contextengine.engine.compaction_threshold`).
     """
 
@@ -134,7 +135,12 @@ class LosslessEngine(ContextEngine):
         redact_at_rest: bool = False,
         max_threshold_tokens: int | None = None,
         reserved_output_tokens: int = 0,
+        min_tail_user_messages: int = 1,
     ) -> None:
+        if min_tail_user_messages < 0:
+            raise ValueError(f"min_tail_user_messages must be >= 0, got {min_tail_user_messages}")
+        #: User messages the fresh tail always holds raw, their turns with them.
+        self.min_tail_user_messages = min_tail_user_messages
         self.threshold_percent = threshold_percent
         self.max_threshold_tokens = max_threshold_tokens
         self.reserved_output_tokens = max(0, int(reserved_output_tokens))
@@ -422,7 +428,10 @@ class LosslessEngine(ContextEngine):
     def _split(self, items: list[ContextItem]) -> TailSplit:
         tail = self.fresh_tail_tokens
         return fresh_tail(
-            items, tail_tokens=tail, reach_back_tokens=max(tail, self.threshold_tokens // 2)
+            items,
+            tail_tokens=tail,
+            reach_back_tokens=max(tail, self.threshold_tokens // 2),
+            min_user_messages=self.min_tail_user_messages,
         )
 
     def _assemble(self, budget_tokens: int = 0) -> View:
