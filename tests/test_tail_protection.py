@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contextengine import ContextCompressor, ContextEngine, LosslessEngine
+from contextengine import ContextCompressor, ContextEngine, ContextHost, LosslessEngine
 
 Message = dict[str, Any]
 
@@ -83,3 +83,42 @@ def test_negative_min_tail_user_messages_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="min_tail_user_messages"):
         make(-1)
+
+
+# ---------------------------------------------------------------------- forced compaction
+
+
+def small_chat(turns: int) -> list[Message]:
+    """A chat with no tools, small enough to fit any tail budget."""
+    messages: list[Message] = [{"role": "system", "content": "You are helpful."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn}: " + "why " * 60})
+        messages.append({"role": "assistant", "content": f"Answer {turn}: " + "because " * 60})
+    return messages
+
+
+def _big_compressor() -> ContextEngine:
+    return ContextCompressor(context_length=128_000, model="gpt-4o", protect_last_n=4)
+
+
+def _big_lcm() -> ContextEngine:
+    engine = LosslessEngine(context_length=128_000, model="gpt-4o", store=":memory:")
+    engine.on_session_start("small")
+    return engine
+
+
+@pytest.mark.parametrize(
+    "make", [pytest.param(_big_compressor, id="compressor"), pytest.param(_big_lcm, id="lcm")]
+)
+def test_a_forced_compress_of_a_small_chat_still_compacts(
+    make: Callable[[], ContextEngine],
+) -> None:
+    history = small_chat(8)
+    assert make().compress(history) == history  # not forced: it all fits the tail
+    engine = make()
+    assert engine.has_content_to_compress(history)
+    compacted = engine.compress(history, force=True)
+    assert len(compacted) < len(history)
+    assert compacted[-2:] == history[-2:]  # the latest turn, verbatim
+    host = ContextHost(make(), model="gpt-4o", context_length=128_000)
+    assert len(host.compress_now(history)) < len(history)  # the manual /compress

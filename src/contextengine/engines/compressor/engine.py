@@ -334,10 +334,14 @@ class ContextCompressor(ContextEngine):
         )
 
     def has_content_to_compress(self, messages: list[Message]) -> bool:
-        """False when every message is protected (head, tail): compress would do nothing."""
+        """False when every message is protected (head, tail): compress would do nothing.
+
+        Asked before a manual compress, which is forced: the tail is then only
+        ``protect_last_n`` messages and the latest user turns, whatever its budget.
+        """
         if not messages:
             return False
-        regions = self._regions(messages, LazyTokens(messages, self._count))
+        regions = self._regions(messages, LazyTokens(messages, self._count), forced=True)
         return bool(regions.middle())
 
     # ------------------------------------------------------------------ observation
@@ -453,7 +457,22 @@ class ContextCompressor(ContextEngine):
     def _count(self, msg: Message) -> int:
         return message_tokens(msg, self.model or None)
 
-    def _regions(self, messages: list[Message], tokens: LazyTokens) -> Regions:
+    def _regions(
+        self, messages: list[Message], tokens: LazyTokens, *, forced: bool = False
+    ) -> Regions:
+        """The cuts of ``messages``; ``forced`` keeps no more tail than ``protect_last_n``.
+
+        A forced compaction (manual, overflow) of a chat that fits the tail
+        budget would otherwise find nothing to compact; it asks again with a
+        tail budget of 0, which still keeps ``protect_last_n`` messages and the
+        latest user turns (``min_tail_user_messages``).
+        """
+        regions = self._select(messages, tokens, self.tail_token_budget)
+        if forced and not regions.middle():
+            regions = self._select(messages, tokens, 0)
+        return regions
+
+    def _select(self, messages: list[Message], tokens: LazyTokens, tail_budget: int) -> Regions:
         # The latest turn is kept whole only while it fits in what is left once
         # the summary is written; beyond that its user message is pinned instead.
         turn_cap = max(self.tail_token_budget, self.target_tokens - self.summary_token_budget)
@@ -464,7 +483,7 @@ class ContextCompressor(ContextEngine):
             is_summary=is_summary_message,
             protect_first_n=self.protect_first_n,
             protect_last_n=self.protect_last_n,
-            tail_token_budget=self.tail_token_budget,
+            tail_token_budget=tail_budget,
             turn_cap=turn_cap,
             min_tail_user_messages=self.min_tail_user_messages,
         )
@@ -498,7 +517,7 @@ class ContextCompressor(ContextEngine):
                 # keeps the common case from walking the whole history.
                 messages = sanitize_tool_pairs(messages)
             tokens = LazyTokens(messages, self._count)
-            regions = self._regions(messages, tokens)
+            regions = self._regions(messages, tokens, forced=force)
             middle = regions.middle()
             start = input_index(regions, regions.head_end)
             end = input_index(regions, regions.tail_start)

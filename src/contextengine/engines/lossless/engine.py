@@ -434,6 +434,19 @@ class LosslessEngine(ContextEngine):
             min_user_messages=self.min_tail_user_messages,
         )
 
+    def _forced_split(self, items: list[ContextItem]) -> TailSplit:
+        """The smallest fresh tail: the last group and the latest user turns.
+
+        What a forced compaction (manual, overflow) uses when the normal fresh
+        tail holds every stored message, so that a small chat still compacts.
+        """
+        return fresh_tail(
+            items,
+            tail_tokens=0,
+            reach_back_tokens=self.threshold_tokens // 2,
+            min_user_messages=self.min_tail_user_messages,
+        )
+
     def _assemble(self, budget_tokens: int = 0) -> View:
         """The view within ``budget_tokens`` (the threshold when 0): extended, or rebuilt."""
         budget = budget_tokens if budget_tokens > 0 else self.threshold_tokens
@@ -448,9 +461,9 @@ class LosslessEngine(ContextEngine):
         self.last_view_reused = self._view.reused
         return view
 
-    def _compressible(self) -> bool:
+    def _compressible(self, *, forced: bool = False) -> bool:
         items = self._context.items
-        split = self._split(items)
+        split = self._forced_split(items) if forced else self._split(items)
         return any(
             item.kind == "message" and index < split.tail_start and index != split.pinned
             for index, item in enumerate(items)
@@ -546,9 +559,10 @@ class LosslessEngine(ContextEngine):
         return self.should_compress()
 
     def has_content_to_compress(self, messages: list[Message]) -> bool:
-        """False when every stored message is in the fresh tail: compress would do nothing."""
+        """False when every stored message is in the smallest fresh tail: compress
+        would do nothing. Asked before a manual compress, which is forced."""
         self._ingest(messages)
-        return self._compressible()
+        return self._compressible(forced=True)
 
     def compress(
         self,
@@ -595,12 +609,14 @@ class LosslessEngine(ContextEngine):
             with guard:
                 if callable(lock):
                     self._load_context()
+                # A forced compaction of a chat that fits the fresh tail shrinks the tail.
+                shrink = force and not self._compressible()
                 try:
                     outcome = run_compaction(
                         store=self._store,
                         conversation_id=self._conversation_id,
                         items=self._context.items,
-                        split_of=self._split,
+                        split_of=self._forced_split if shrink else self._split,
                         summarizer=self._summarizer,
                         settings=settings,
                     )
