@@ -48,6 +48,7 @@ from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
     input_index,
+    is_real_user_message,
     select_regions,
 )
 from contextengine.engines.compressor.prune import prune_region
@@ -68,7 +69,7 @@ from contextengine.failure_policy import (
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.redact import redact
 from contextengine.summarizers import Summarizer, SummaryRequest
-from contextengine.summary_prompt import render_summary_prompt
+from contextengine.summary_prompt import bound_text, content_text, render_summary_prompt
 from contextengine.tokens import (
     REPLY_PRIMING_TOKENS,
     count_tokens,
@@ -612,6 +613,12 @@ class ContextCompressor(ContextEngine):
         # summary may come from another tool or version, a focus from the user.
         previous = redact(regions.previous_summary) if regions.previous_summary else ""
         focus_topic = redact(focus_topic) if focus_topic else focus_topic
+        # No focus given: the prompt serves the user's latest request instead.
+        # It stays out of focus_topic, which means "what the user asked for".
+        automatic = redact(_latest_requests(regions)) if not focus_topic else ""
+        metadata: dict[str, Any] = {"engine": self.name, "compression": self.compression_count + 1}
+        if automatic:
+            metadata["automatic_focus"] = automatic
         return SummaryRequest(
             messages=sent,
             anchors=anchors,
@@ -622,12 +629,13 @@ class ContextCompressor(ContextEngine):
             prompt=render_summary_prompt(
                 messages=sent,
                 previous_summary=previous,
-                focus_topic=focus_topic,
+                focus_topic=focus_topic or automatic or None,
                 memory_context=memory,
                 token_budget=self.summary_token_budget,
                 anchors=anchors,
+                automatic_focus=bool(automatic),
             ),
-            metadata={"engine": self.name, "compression": self.compression_count + 1},
+            metadata=metadata,
         )
 
     def _summarize(
@@ -736,6 +744,32 @@ class ContextCompressor(ContextEngine):
         report.tokens_after = report.tokens_before
         report.messages_after = len(messages)
         return messages
+
+
+#: The automatic focus: this many latest user messages, each cut to this many characters.
+AUTOMATIC_FOCUS_MESSAGES = 2
+AUTOMATIC_FOCUS_CHARS = 300
+
+
+def _latest_requests(regions: Regions) -> str:
+    """The latest real user messages after the middle: what a summary must serve next.
+
+    The focus of a compaction nobody gave a ``focus_topic`` to: the user's
+    current request, kept verbatim in the tail (or pinned), tells the
+    summariser what of the middle matters now.
+    """
+    kept = [regions.work[i] for i in range(regions.tail_start, len(regions.work))]
+    if regions.pinned is not None:
+        kept.insert(0, regions.work[regions.pinned])
+    texts: list[str] = []
+    for message in reversed(kept):
+        if is_real_user_message(message, is_summary_message):
+            text = " ".join(content_text(message.get("content")).split())
+            if text:
+                texts.append(bound_text(text, AUTOMATIC_FOCUS_CHARS))
+            if len(texts) >= AUTOMATIC_FOCUS_MESSAGES:
+                break
+    return " / ".join(reversed(texts))
 
 
 def _is_valid(messages: list[Message]) -> bool:
