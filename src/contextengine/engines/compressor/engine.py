@@ -51,7 +51,7 @@ from contextengine.engines.compressor.boundaries import (
     is_real_user_message,
     select_regions,
 )
-from contextengine.engines.compressor.prune import prune_region
+from contextengine.engines.compressor.prune import PruneResult, prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import (
     is_summary_message,
@@ -442,10 +442,10 @@ class ContextCompressor(ContextEngine):
             input_index(regions, regions.tail_start),
         )
         pruned = prune_region(messages[start:end])
-        reclaimed = sum(tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed)
+        reclaimed = self._reclaimed(pruned, tokens, start)
         if reclaimed < MIN_PRUNE_RECLAIM_TOKENS:
             return messages, 0
-        return [*messages[:start], *pruned.messages, *messages[end:]], reclaimed
+        return [*messages[:start], *pruned.kept(), *messages[end:]], reclaimed
 
     def get_status(self) -> dict[str, Any]:
         """The base status plus the failure policy's: the last cause, when compaction resumes."""
@@ -457,6 +457,11 @@ class ContextCompressor(ContextEngine):
 
     def _count(self, msg: Message) -> int:
         return message_tokens(msg, self.model or None)
+
+    def _reclaimed(self, pruned: PruneResult, tokens: LazyTokens, start: int) -> int:
+        """Tokens pass 1 frees: changed messages' savings plus the dropped ones whole."""
+        saved = sum(tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed)
+        return saved + sum(tokens[start + i] for i in pruned.dropped)
 
     def _regions(
         self, messages: list[Message], tokens: LazyTokens, *, forced: bool = False
@@ -557,11 +562,9 @@ class ContextCompressor(ContextEngine):
                 report.pruned_results = pruned.results_pruned
                 report.duplicate_outputs = pruned.duplicates
                 report.shrunk_arguments = pruned.arguments_shrunk
-                if pruned.changed:
-                    pass1 = [*messages[:start], *pruned.messages, *messages[end:]]
-                    pass1_tokens = before - sum(
-                        tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed
-                    )
+                if pruned.changed or pruned.dropped:
+                    pass1 = [*messages[:start], *pruned.kept(), *messages[end:]]
+                    pass1_tokens = before - self._reclaimed(pruned, tokens, start)
                     if pass1_tokens <= self.target_tokens:
                         if not _is_valid(pass1):
                             continue
