@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.engine import (
+    CompactionGate,
     ContextEngine,
     automatic_compaction_status_message,
     call_with_supported_kwargs,
@@ -76,6 +77,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncContextHost",
     "CompactionEvent",
+    "CompactionGate",
     "CompressionReport",
     "ConfigError",
     "ContextCompressor",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ from typing import Any, TypeVar
 from contextengine.redact import redact
 
 __all__ = [
+    "CompactionGate",
     "ContextEngine",
     "automatic_compaction_status_message",
     "call_with_supported_kwargs",
@@ -390,6 +392,37 @@ def compaction_threshold(
         threshold = min(threshold, context_length - int(reserved_output))
     floor = min(share, MIN_THRESHOLD_TOKENS, context_length // 2)
     return max(threshold, floor)
+
+
+class CompactionGate:
+    """One compaction at a time per engine, for hosts that call from several threads.
+
+    Engines run their ``compress`` through :meth:`run`. A second caller waits
+    for the first; when it asked to compact the very list the first one just
+    compacted (two threads reacting to the same overflow), it gets the first
+    one's result instead of compacting the result again. Any other caller
+    then compacts its own list. The gate is reentrant, so a compress that
+    calls compress again (a retry) does not deadlock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._last_input: list[Any] | None = None
+        self._last_output: list[Any] | None = None
+
+    def run(self, messages: list[Any], compact: Callable[[], list[Any]]) -> list[Any]:
+        """``compact()`` under the gate, or the result just made for ``messages``."""
+        waited = not self._lock.acquire(blocking=False)
+        if waited:
+            self._lock.acquire()
+        try:
+            if waited and messages is self._last_input and self._last_output is not None:
+                return list(self._last_output)
+            result = compact()
+            self._last_input, self._last_output = messages, result
+            return result
+        finally:
+            self._lock.release()
 
 
 def automatic_compaction_status_message(

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from contextengine.anchors import message_anchors
-from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
@@ -212,6 +212,8 @@ class ContextCompressor(ContextEngine):
         )
         self._pending_rough: int | None = None
         self._rough_at_usage: int | None = None
+        # One compaction at a time, for hosts that call from several threads.
+        self._gate = CompactionGate()
         # The history already seen by on_turn_complete: its length and last message.
         self._seen_len = 0
         self._seen_last: Message | None = None
@@ -393,8 +395,25 @@ class ContextCompressor(ContextEngine):
         input unchanged when the attempt aborted; ``last_compression`` says
         which. The engine counts the head and tail itself (cached);
         ``current_tokens``, the host's count of the whole list, is used only
-        for a middle too long to count (over 1,000 messages).
+        for a middle too long to count (over 1,000 messages). One call at a
+        time (:class:`~contextengine.CompactionGate`): a second thread waits,
+        and gets the first one's result when it passed the same list.
         """
+        return self._gate.run(
+            messages,
+            lambda: self._compress_once(
+                messages, current_tokens, focus_topic, force, memory_context
+            ),
+        )
+
+    def _compress_once(
+        self,
+        messages: list[Message],
+        current_tokens: int | None,
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+    ) -> list[Message]:
         started = time.perf_counter()
         report = CompressionReport(messages_before=len(messages))
         self.last_compression = report

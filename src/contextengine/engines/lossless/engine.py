@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
 from contextengine.engines.lossless.assemble import (
     ContextItem,
     TailSplit,
@@ -169,6 +169,8 @@ class LosslessEngine(ContextEngine):
         self.failure_policy = FailurePolicy(max_wait_s=max_summary_wait_s, clock=clock)
         #: What the last compaction did (summaries written, fallback, why it stopped).
         self.last_compression: CompactionOutcome | None = None
+        # One compaction at a time, for hosts that call from several threads.
+        self._gate = CompactionGate()
         self._reset_conversation_state()
         self.update_model(model, context_length)
 
@@ -579,8 +581,18 @@ class LosslessEngine(ContextEngine):
         them. Each summary is committed atomically; a summariser auth failure
         stops the compaction with that step unwritten (see
         :attr:`last_compression`). The view is within the threshold unless the
-        fresh tail alone exceeds it.
+        fresh tail alone exceeds it. One call at a time per engine
+        (:class:`~contextengine.CompactionGate`): a second thread waits, and
+        gets the first one's view when it passed the same list.
         """
+        return self._gate.run(
+            messages,
+            lambda: self._compress_once(messages, focus_topic, force, memory_context),
+        )
+
+    def _compress_once(
+        self, messages: list[Message], focus_topic: str | None, force: bool, memory_context: str
+    ) -> list[Message]:
         self._ingest(messages)
         if force:
             self.failure_policy.clear_thrash()
