@@ -191,3 +191,21 @@ def test_another_model_clears_the_cooldown_and_the_real_usage_calibration(
     assert engine.get_status()["last_prompt_tokens"] == 0
     if policy is not None:
         assert policy.cooldown_remaining() == 0
+
+
+def test_session_transitions_with_their_arguments_leave_a_working_engine(
+    engine: ContextEngine,
+) -> None:
+    history = conversation(6)
+    engine.on_session_start(
+        "rotated", old_session_id="contract-session", boundary_reason="compression"
+    )
+    engine.on_session_end("rotated", history)
+    engine.on_session_reset()
+    engine.on_session_start(
+        "fresh", old_session_id="rotated", boundary_reason="reset", platform="cli"
+    )
+    engine.carry_over_new_session_context("rotated", "fresh", messages=history)
+    result = engine.compress(history, force=True)
+    validate_messages(result)
+    assert count_message_tokens(result) <= count_message_tokens(history)

@@ -190,6 +190,7 @@ class _HostState:
         observers: Iterable[Observer] = (),
         max_compactions_per_turn: int = 3,
         cache_control: bool = False,
+        rotate_session_on_compaction: Callable[[str], str] | None = None,
     ) -> None:
         if not isinstance(engine, ContextEngine):
             raise TypeError(f"engine must be a ContextEngine, got {type(engine).__qualname__}")
@@ -199,6 +200,9 @@ class _HostState:
         self.observers: list[Observer] = list(observers)
         self.max_compactions_per_turn = max(1, int(max_compactions_per_turn))
         self.cache_control = cache_control
+        #: Gives the session id a conversation continues under after each
+        #: successful compaction (from the old one), or None to keep it.
+        self.rotate_session_on_compaction = rotate_session_on_compaction
         #: Text from a memory provider, passed to compress when non-empty.
         self.memory_context = ""
         #: Provider hint for normalize_usage ("openai", "anthropic"...).

@@ -119,10 +119,20 @@ class AsyncContextHost(_HostCore):
         await self._run(self._op_end_session(messages))
 
     async def reset_session(
-        self, new_session_id: str, messages: list[Message] | None = None
+        self,
+        new_session_id: str,
+        messages: list[Message] | None = None,
+        *,
+        carry_over: bool = True,
+        **kwargs: Any,
     ) -> None:
-        """End the session, ``on_session_reset``, start ``new_session_id``."""
-        await self._run(self._op_reset_session(new_session_id, messages))
+        """End the session, ``on_session_reset``, start ``new_session_id``, carry over
+        (see ``ContextHost.reset_session``)."""
+        await self._run(self._op_reset_session(new_session_id, messages, kwargs, carry_over))
+
+    async def rotate_session(self, new_session_id: str, **kwargs: Any) -> None:
+        """The same conversation under a new session id (see ``ContextHost.rotate_session``)."""
+        await self._run(self._op_rotate_session(new_session_id, kwargs))
 
     async def compress_now(
         self, messages: list[Message], focus_topic: str | None = None

@@ -6,7 +6,7 @@ sees. Exactly one engine is active per agent; the host
 order) calls its hooks in this lifecycle::
 
     update_model(...)                      at construction and on every model switch
-    on_session_start(session_id)           once, at a real session boundary
+    on_session_start(session_id, **kw)     once, at a real session boundary
     ┌ per request ──────────────────────────────────────────────────────────────┐
     │ should_defer_preflight_to_real_usage / should_compress(_info)             │
     │ should_compress_preflight → compress(...)        (preflight, rare)        │
@@ -15,7 +15,13 @@ order) calls its hooks in this lifecycle::
     │ should_compress → compress   or prune_tool_results_only (after tool calls)│
     └ on_turn_complete(messages, usage)  observation, once per finished turn ──┘
     on_session_end(session_id, messages)   once, at a real session boundary
-    on_session_reset()                     when the user starts over
+    on_session_reset()                     when the user starts over, then
+    on_session_start(new_id, old_session_id=..., boundary_reason="reset", **kw)
+    carry_over_new_session_context(old_id, new_id, messages=...)   optional
+
+    A host that gives the conversation a new session id after a compaction
+    calls ``on_session_start(new_id, old_session_id=..., boundary_reason="compression")``
+    alone: the same conversation goes on under another id.
 
 The method names and signatures are public API: engines written against this
 contract must keep working, so new information reaches hooks as new keyword
@@ -249,7 +255,25 @@ class ContextEngine(ABC):
     ) -> None:
         """Observe the start (or resumption) of a session: a real boundary only.
 
-        Called by the host once per session, never per turn. Default: nothing.
+        Called by the host once per session, never per turn. ``kwargs`` carry
+        the host caller's keyword arguments and, at a transition,
+        ``old_session_id`` with ``boundary_reason``: ``"reset"`` after
+        :meth:`on_session_reset` (the user started over), ``"compression"``
+        when the host gave the same conversation a new id after a compaction
+        (a continuation, not a new conversation: no reset precedes it).
+        Default: nothing.
+        """
+
+    def carry_over_new_session_context(  # noqa: B027 - an optional hook: doing nothing is its default
+        self, old_session_id: str, new_session_id: str, messages: list[Message] | None = None
+    ) -> None:
+        """Carry state from the session the user left into the one just started.
+
+        Called by the host on a reset, after ``on_session_start(new_session_id)``,
+        with a copy of the old session's last history as ``messages`` (None
+        when the host had none). An engine may make the old conversation
+        reachable from the new one (lcm links them so the model can still
+        search it). Default: nothing.
         """
 
     def on_session_end(  # noqa: B027 - an optional hook: doing nothing is its default

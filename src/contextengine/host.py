@@ -84,6 +84,10 @@ class ContextHost(_HostCore):
     responses (:meth:`record_response`) or turn ends (:meth:`end_turn`).
     ``cache_control`` adds Anthropic-style prompt-cache breakpoints to the
     system prompt and the last message of each request (on copies).
+    ``rotate_session_on_compaction``, a function from the old session id to
+    the next, gives the conversation a new session id after every successful
+    compaction (hosts whose session store starts a new record there), and
+    tells the engine (:meth:`rotate_session`).
     """
 
     def start_session(self, session_id: str, **kwargs: Any) -> None:
@@ -141,9 +145,28 @@ class ContextHost(_HostCore):
         """A real session end (the user quits): ``on_session_end``."""
         _drive(self._op_end_session(messages))
 
-    def reset_session(self, new_session_id: str, messages: list[Message] | None = None) -> None:
-        """The user starts over: end the session, ``on_session_reset``, start ``new_session_id``."""
-        _drive(self._op_reset_session(new_session_id, messages))
+    def reset_session(
+        self,
+        new_session_id: str,
+        messages: list[Message] | None = None,
+        *,
+        carry_over: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """The user starts over: ``on_session_end``, ``on_session_reset``, then
+        ``on_session_start(new_session_id, old_session_id=..., boundary_reason="reset",
+        **kwargs)`` and, unless ``carry_over`` is False,
+        ``carry_over_new_session_context(old, new, messages=<the old history>)``."""
+        _drive(self._op_reset_session(new_session_id, messages, kwargs, carry_over))
+
+    def rotate_session(self, new_session_id: str, **kwargs: Any) -> None:
+        """The same conversation goes on under ``new_session_id`` (say, after a compaction):
+        ``on_session_start(new_session_id, old_session_id=..., boundary_reason="compression")``.
+
+        Nothing is reset. ``rotate_session_on_compaction`` does this after every
+        successful compaction.
+        """
+        _drive(self._op_rotate_session(new_session_id, kwargs))
 
     def compress_now(
         self, messages: list[Message], focus_topic: str | None = None

@@ -171,6 +171,8 @@ class LosslessEngine(ContextEngine):
         self.last_compression: CompactionOutcome | None = None
         # One compaction at a time, for hosts that call from several threads.
         self._gate = CompactionGate()
+        # The conversation left at the last reset, for carry_over_new_session_context.
+        self._previous_conversation_id: str | None = None
         self._reset_conversation_state()
         self.update_model(model, context_length)
 
@@ -221,6 +223,8 @@ class LosslessEngine(ContextEngine):
 
     def _reset_conversation_state(self) -> None:
         self._conversation_id: str | None = None
+        # The lineage of the open conversation as the tools see it (read on first use).
+        self._lineage: tuple[str, ...] | None = None
         self._context = ActiveContext()
         self._view = IncrementalView()
         self._system: Message | None = None
@@ -664,8 +668,42 @@ class LosslessEngine(ContextEngine):
         self._store.sync()
 
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
-        """Open or resume the conversation stored under ``session_id``."""
+        """Open or resume the conversation stored under ``session_id``.
+
+        With ``boundary_reason="compression"`` (the host gave the conversation
+        a new id after a compaction) the open conversation simply goes on: the
+        new id becomes another key of it in the store, so resuming either id
+        later opens it.
+        """
+        if kwargs.get("boundary_reason") == "compression" and self._conversation_id is not None:
+            alias = getattr(self._store, "alias_session", None)
+            if callable(alias):
+                alias(session_id, self._conversation_id)
+            self._default_session_key = session_id
+            return
         self._open(session_id)
+
+    def carry_over_new_session_context(
+        self, old_session_id: str, new_session_id: str, messages: list[Message] | None = None
+    ) -> None:
+        """Link the conversation just started to the one the user left (its lineage).
+
+        Called by the host on a reset. The model's ``lcm_grep`` then searches
+        the old conversation after the new one, and ``lcm_describe`` /
+        ``lcm_expand`` reopen its ids; nothing is copied, and the old
+        conversation is never shown in the view. The link goes one way, to the
+        conversations this one continues, and never to any other
+        conversation. The old history is already stored (``on_session_end``),
+        so ``messages`` is not needed.
+        """
+        parent = self._previous_conversation_id
+        link = getattr(self._store, "link_conversations", None)
+        if parent is None or not callable(link):
+            return
+        conversation_id = self._ensure_conversation()
+        if conversation_id != parent:
+            link(conversation_id, parent, reason="reset")
+        self._lineage = None
 
     def on_session_end(self, session_id: str, messages: list[Message]) -> None:
         """Store what is left of the session; the archive keeps it for later resumption."""
@@ -694,10 +732,16 @@ class LosslessEngine(ContextEngine):
         self._view.invalidate()
 
     def on_session_reset(self) -> None:
-        """Forget the token state and the open conversation; the next hook opens a new one."""
+        """Forget the token state and the open conversation; the next hook opens a new one.
+
+        The conversation left is remembered for
+        :meth:`carry_over_new_session_context`.
+        """
         super().on_session_reset()
+        previous = self._conversation_id
         self._default_session_key = None
         self._reset_conversation_state()
+        self._previous_conversation_id = previous
 
     # ------------------------------------------------------------------ tools
 
@@ -729,8 +773,17 @@ class LosslessEngine(ContextEngine):
             conversation_id=conversation_id,
             in_view=self._context.__contains__,
             large_content_of=self._large.get,
+            lineage=self._tool_lineage(conversation_id),
         )
         return call_tool(name, args, context)
+
+    def _tool_lineage(self, conversation_id: str) -> tuple[str, ...]:
+        """The open conversation and the ones it continues (a store without links: itself)."""
+        if self._lineage is None or self._lineage[:1] != (conversation_id,):
+            lineage = getattr(self._store, "conversation_lineage", None)
+            found = lineage(conversation_id) if callable(lineage) else [conversation_id]
+            self._lineage = tuple(str(c) for c in found) or (conversation_id,)
+        return self._lineage
 
     # ------------------------------------------------------------------ status
 
