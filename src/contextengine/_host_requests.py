@@ -96,7 +96,7 @@ class _RequestPipeline(_CompactionPolicy):
                 self.engine.select_context,
                 copies,
                 blocking=True,
-                conversation_messages=list(copies),
+                conversation_messages=copies,
                 incoming_message=None if incoming is None else _copy_value(incoming),
                 budget_tokens=budget,
             )

@@ -175,7 +175,9 @@ class _HistoryCopy:
         if len(messages) > len(self._copies):
             self._copies.extend(_copy_value(msg) for msg in messages[len(self._copies) :])
         tracker.extend(messages, estimate=False)
-        return list(self._copies[: len(messages)])
+        # One list of pointers per request: the engine may append to its list,
+        # never to the cache.
+        return list(self._copies)
 
 
 class _HostState:

@@ -35,7 +35,10 @@ Speed
     ``on_turn_complete`` receives a shallow copy (a new ``list`` holding the
     same message dicts): copying pointers is cheap, the engine cannot change
     the caller's list, and json-serialising engines keep working, which a
-    ``MappingProxyType`` per message would break.
+    ``MappingProxyType`` per message would break. ``select_context`` gets
+    deep copies instead (it may return them as the request, and an engine that
+    edits them must not edit the history): each message is copied once, when
+    it first appears, and each request costs one list of pointers.
 
 How it is built
     Each operation is a generator that yields the engine hooks it wants called
