@@ -203,3 +203,18 @@ def test_cli_migrate_reports_what_it_copied(tmp_path: Path, target: PostgresStor
     assert second.exit_code == 0, second.output
     assert second.output.startswith("copied 0 conversations, 0 messages, 0 summaries")
     assert json.loads(totals.read_text())["messages"] == 0  # --output writes what --json prints
+
+
+def test_lineage_links_and_session_aliases_are_copied(
+    tmp_path: Path, target: PostgresStore
+) -> None:
+    with SQLiteStore(tmp_path / "a.db") as source:
+        old, _ = fill(source, "old", 2)
+        new, _ = fill(source, "new", 1)
+        source.link_conversations(new, old, reason="reset")
+        source.alias_session("new-after-compaction", new)
+        migrate_archive(source, target)
+        migrate_archive(source, target)  # idempotent
+    assert target.conversation_lineage(new) == [new, old]
+    assert target.conversation_lineage(old) == [old]
+    assert target.open_conversation("new-after-compaction") == new

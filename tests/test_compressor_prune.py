@@ -191,3 +191,88 @@ def test_descriptor_keeps_the_outputs_exact_identifiers() -> None:
     assert "order_7781" in pruned
     # A descriptor is never pruned again, however long its identifiers make it.
     assert prune_region([region[0], {**region[1], "content": pruned}]).results_pruned == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        pytest.param({"urls": ["https://example.com/a"]}, "urls=https://example.com/a", id="list"),
+        pytest.param(
+            {"urls": ["https://example.com/a", "https://example.com/b"]},
+            "urls=https://example.com/a (+1 more)",
+            id="list-of-two",
+        ),
+        pytest.param(
+            {"source": {"url": "https://example.com/doc"}, "format": "markdown"},
+            "source=https://example.com/doc",
+            id="object",
+        ),
+        pytest.param(
+            {"urls": [{"url": "https://example.com/x", "render": True}]},
+            "urls=https://example.com/x",
+            id="list-of-objects",
+        ),
+    ],
+)
+def test_descriptors_keep_urls_given_as_objects(args: dict[str, Any], shown: str) -> None:
+    descriptor = describe_tool_output("web_extract", json.dumps(args), "page text " * 100)
+    assert "web_extract()" not in descriptor
+    assert f"web_extract({shown}" in descriptor
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 50_000}}
+WEB_IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/chart.png"}}
+
+
+def test_images_in_pruned_messages_become_one_line_placeholders() -> None:
+    region = [
+        user([{"type": "text", "text": "What is in these?"}, IMAGE, WEB_IMAGE]),
+        assistant("A cat and a chart."),
+    ]
+    pruned = prune_region(region)
+    parts = pruned.messages[0]["content"]
+    assert parts[0] == {"type": "text", "text": "What is in these?"}
+    assert parts[1] == {"type": "text", "text": "[image omitted after compaction]"}
+    assert parts[2]["text"] == "[image omitted after compaction: https://example.com/chart.png]"
+    assert pruned.images_replaced == 2 and pruned.changed == [0]
+    assert region[0]["content"][1] is IMAGE  # the input is not mutated
+
+
+def test_a_compaction_replaces_images_in_old_messages_only() -> None:
+    history = coding_session(turns=8)
+    history.insert(2, user([{"type": "text", "text": "Here is the failure:"}, IMAGE]))
+    history.insert(3, assistant("I see the traceback in the screenshot."))
+    history.append(user([{"type": "text", "text": "And now this one:"}, WEB_IMAGE]))
+    engine = ContextCompressor(context_length=32_000, model="gpt-4o", protect_first_n=1)
+    compacted = engine.compress(history, force=True)
+    images = [
+        part
+        for message in compacted
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+    assert images == [WEB_IMAGE]  # the latest turn keeps its image
+    validate_messages(compacted)
+
+
+def test_blank_user_echoes_are_dropped_from_the_pruned_region() -> None:
+    region = [
+        call(("c1", "bash", {"command": "ls"})),
+        result("c1", log_output(1, 1_000)),
+        user(""),
+        user([{"type": "text", "text": "   "}]),
+        assistant("Listed the files."),
+    ]
+    pruned = prune_region(region)
+    assert pruned.dropped == [2, 3]
+    assert [m["role"] for m in pruned.kept()] == ["assistant", "tool", "assistant"]
+    history = [system(), user("List the files."), *region, user("Thanks, now count them.")]
+    history.append(assistant("There are 12."))
+    engine = ContextCompressor(
+        context_length=32_000, model="gpt-4o", protect_first_n=1, protect_last_n=2
+    )
+    compacted = engine.compress(history, force=True)
+    assert not any(m["role"] == "user" and not m["content"] for m in compacted)
+    assert len(compacted) < len(history)
+    validate_messages(compacted)

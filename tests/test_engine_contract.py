@@ -229,3 +229,39 @@ def test_load_engine_gives_every_engine_the_configured_summary_model(
     assert bodies and {body["model"] for body in bodies} == {"contract-summary"}
     report = made.last_compression
     assert getattr(report, "summarizer_calls", None) == len(bodies)
+
+
+def test_another_model_clears_the_cooldown_and_the_real_usage_calibration(
+    engine: ContextEngine,
+) -> None:
+    policy = getattr(engine, "failure_policy", None)
+    if policy is not None:
+        policy.summarizer_failed("timeout", "the summariser timed out")
+        assert policy.cooldown_remaining() > 0
+    engine.update_from_response({"prompt_tokens": 3_000, "completion_tokens": 20})
+    assert engine.last_prompt_tokens == 3_000
+    engine.update_model("gpt-4o", CONTEXT_LENGTH)  # the same model keeps both
+    assert engine.last_prompt_tokens == 3_000
+    engine.update_model("claude-sonnet-4", CONTEXT_LENGTH)
+    assert engine.last_prompt_tokens == 0
+    assert engine.get_status()["last_prompt_tokens"] == 0
+    if policy is not None:
+        assert policy.cooldown_remaining() == 0
+
+
+def test_session_transitions_with_their_arguments_leave_a_working_engine(
+    engine: ContextEngine,
+) -> None:
+    history = conversation(6)
+    engine.on_session_start(
+        "rotated", old_session_id="contract-session", boundary_reason="compression"
+    )
+    engine.on_session_end("rotated", history)
+    engine.on_session_reset()
+    engine.on_session_start(
+        "fresh", old_session_id="rotated", boundary_reason="reset", platform="cli"
+    )
+    engine.carry_over_new_session_context("rotated", "fresh", messages=history)
+    result = engine.compress(history, force=True)
+    validate_messages(result)
+    assert count_message_tokens(result) <= count_message_tokens(history)

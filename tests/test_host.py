@@ -328,7 +328,40 @@ def test_a_selected_context_is_sent_but_never_persisted() -> None:
     assert host.prepare_request(history, incoming=incoming) == selection
     assert host.history is history
     (call,) = engine.calls_to("select_context")
-    assert call["incoming_message"] is incoming and call["budget_tokens"] == 75_000
+    assert call["incoming_message"] == incoming and call["budget_tokens"] == 75_000
+
+
+class EditingEngine(RecordingEngine):
+    """Edits whatever select_context is given, in place, and sends nothing of its own."""
+
+    def select_context(
+        self,
+        request_messages: list[Message],
+        *,
+        conversation_messages: list[Message] | None = None,
+        incoming_message: Message | None = None,
+        budget_tokens: int = 0,
+    ) -> list[Message] | None:
+        for given in (request_messages, conversation_messages or []):
+            given[0]["content"] = "HACK"
+            given[1]["content"] = [{"type": "text", "text": "HACK"}]
+            given.append({"role": "user", "content": "injected"})
+        if incoming_message is not None:
+            incoming_message["content"] = "HACK"
+        return None
+
+
+def test_select_context_edits_a_copy_never_the_saved_history() -> None:
+    host, _ = make_host(EditingEngine())
+    history = conversation(3)
+    pristine = copy.deepcopy(history)
+    for _ in range(2):  # the second request reuses the copies made by the first
+        request = host.prepare_request(history, incoming=history[-1])
+        assert history == pristine and host.history == pristine
+        assert request == pristine
+    history = [*history, {"role": "user", "content": "one more"}]
+    host.prepare_request(history)
+    assert history[:-1] == pristine and history[-1] == {"role": "user", "content": "one more"}
 
 
 # ---------------------------------------------------------------------- old engines and kwargs
@@ -670,3 +703,45 @@ def test_a_thinking_only_turn_is_repaired_and_the_conversation_still_compacts(
     assert count_message_tokens(compacted) < count_message_tokens(
         [{**m, "content": m["content"] or ""} for m in history]
     )
+
+
+# ---------------------------------------------------------------------- tool schemas
+
+
+class SchemaEngine(RecordingEngine):
+    """Returns its tool schemas in whatever shape it was given."""
+
+    def __init__(self, schemas: Any) -> None:
+        super().__init__()
+        self.schemas = schemas
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return self.schemas  # type: ignore[no-any-return]  # deliberately any shape
+
+
+PARAMS = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+
+def test_tool_schemas_are_wrapped_named_and_unique_whatever_the_engine_returned() -> None:
+    schemas = [
+        {"name": "bare", "description": "a bare function", "parameters": PARAMS},
+        {"type": "function", "function": {"name": "wrapped", "parameters": PARAMS}},
+        {"name": "anthropic", "description": "d", "input_schema": PARAMS},
+        {"description": "no name at all", "parameters": PARAMS},
+        {"type": "function", "function": {"name": "  ", "parameters": PARAMS}},
+        {"type": "function", "function": {"name": "bare", "description": "duplicate"}},
+        "not a schema",
+    ]
+    host, _ = make_host(SchemaEngine(schemas))
+    offered = host.tool_schemas()
+    assert [s["function"]["name"] for s in offered] == ["bare", "wrapped", "anthropic"]
+    assert all(s["type"] == "function" and set(s) == {"type", "function"} for s in offered)
+    assert offered[0]["function"]["description"] == "a bare function"
+    assert offered[2]["function"]["parameters"] == PARAMS
+    assert "input_schema" not in offered[2]["function"]
+
+
+@pytest.mark.parametrize("schemas", [None, "lcm_grep", {"name": "x"}], ids=["none", "str", "dict"])
+def test_tool_schemas_that_are_not_a_list_offer_nothing(schemas: Any) -> None:
+    host, _ = make_host(SchemaEngine(schemas))
+    assert host.tool_schemas() == []

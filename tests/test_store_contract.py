@@ -13,6 +13,7 @@ from contextengine.errors import InvalidMessagesError, StoreConflictError, Store
 from contextengine.store import (
     ContextRef,
     ContextSplice,
+    LineageStore,
     NewSummary,
     SQLiteStore,
     Store,
@@ -341,7 +342,7 @@ def test_open_store_defaults_to_the_user_data_dir(
 ) -> None:
     monkeypatch.setenv("CONTEXTENGINE_HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / "archive.db"
-    with open_store() as store:  # type: ignore[attr-defined]
+    with open_store() as store:
         assert Path(store.path).exists()
     monkeypatch.delenv("CONTEXTENGINE_HOME")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
@@ -515,3 +516,30 @@ def test_the_bulk_paths_are_part_of_the_store(store: Store) -> None:
     assert store.copy_messages(cid, store.get_messages(cid)) == 0  # all stored already
     with pytest.raises(StoreError, match="unknown conversation"):
         store.import_messages("conv_nope", history(1))
+
+
+def test_lineage_follows_links_one_way_and_goes_with_its_conversation(store: Store) -> None:
+    assert isinstance(store, LineageStore)
+    grandparent, parent, child, stranger = (
+        store.open_conversation(key) for key in ("g", "p", "c", "s")
+    )
+    store.link_conversations(parent, grandparent, reason="reset")
+    store.link_conversations(child, parent, reason="reset")
+    store.link_conversations(child, parent, reason="reset")  # idempotent
+    store.link_conversations(grandparent, child, reason="reset")  # a cycle
+    lineage = store.conversation_lineage
+    assert lineage(child) == [child, parent, grandparent]
+    assert lineage(parent) == [parent, grandparent, child]  # only because of the cycle above
+    assert lineage(stranger) == [stranger]
+    store.delete_conversation(parent)
+    assert lineage(child) == [child]
+
+
+def test_a_session_alias_opens_the_conversation_it_continues(store: Store) -> None:
+    assert isinstance(store, LineageStore)
+    conversation = store.open_conversation("before-rotation")
+    store.alias_session("after-rotation", conversation)
+    assert store.open_conversation("after-rotation") == conversation
+    assert store.open_conversation("before-rotation") == conversation
+    store.delete_conversation(conversation)
+    assert store.open_conversation("after-rotation") != conversation

@@ -140,9 +140,12 @@ def test_another_applications_database_is_refused_not_migrated(tmp_path: Path) -
 def _set_version(path: Path, version: int) -> None:
     with sqlite3.connect(path) as db:
         db.execute("DELETE FROM schema_version WHERE version > ?", (version,))
+        if version < 5:
+            db.execute("DROP TABLE conversation_links")  # what migration 5 added
+            db.execute("DROP TABLE session_aliases")
         if version < 4:
             db.execute("DROP TABLE index_pending")  # what migration 4 added
-        if version > 4:
+        if version > 5:
             db.execute("INSERT INTO schema_version VALUES (?, 'from the future', 0)", (version,))
     db.close()
 
@@ -163,7 +166,7 @@ def test_an_older_schema_is_not_migrated_by_a_read(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"schema version 3 .*open it once writable"):
         SQLiteStore(path, read_only=True)
     with SQLiteStore(path) as store:  # opened writable, it is migrated
-        assert store.stats()["schema_version"] == 4
+        assert store.stats()["schema_version"] == 5
 
 
 def test_writes_to_a_read_only_store_are_refused(tmp_path: Path) -> None:

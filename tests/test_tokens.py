@@ -494,3 +494,35 @@ def test_spotter_transcripts_count_exactly(shared_data: Path, name: str, limit: 
         n = count_tokens(text, model)
         assert n == len(enc.encode_ordinary(text))
         assert 1.5 < len(text) / n < 6  # JSON-heavy text: chars per token near 3
+
+
+# ---------------------------------------------------------------------- reasoning fields
+
+_REASONING = "The user wants the sum, so first I check the inputs carefully. " * 300
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"reasoning_content": _REASONING}, id="reasoning_content"),
+        pytest.param({"reasoning": _REASONING}, id="reasoning"),
+        pytest.param(
+            {"reasoning_details": [{"type": "reasoning.text", "text": _REASONING}]},
+            id="reasoning_details",
+        ),
+        pytest.param(
+            {"thinking_blocks": [{"type": "thinking", "thinking": _REASONING}]},
+            id="thinking_blocks",
+        ),
+    ],
+)
+def test_reasoning_a_host_sends_back_counts_in_exact_and_rough_estimates(
+    fields: dict[str, Any],
+) -> None:
+    bare = {"role": "assistant", "content": "42"}
+    reasoned = {**bare, **fields}
+    reasoning_tokens = count_tokens(_REASONING)
+    assert reasoning_tokens > 2_000
+    assert message_tokens(reasoned) - message_tokens(bare) == reasoning_tokens
+    rough = estimate_tokens_rough([reasoned]) - estimate_tokens_rough([bare])
+    assert rough >= len(_REASONING) // 4

@@ -13,9 +13,11 @@ from contextengine.async_host import AsyncContextHost
 from contextengine.commands import ChatCommand, ChatCommandInput
 from contextengine.compaction_plan import CompressionPlan, KeepCut, keep_last_cut
 from contextengine.engine import (
+    CompactionGate,
     ContextEngine,
     automatic_compaction_status_message,
     call_with_supported_kwargs,
+    compaction_threshold,
     sanitize_memory_context,
 )
 from contextengine.engines.compressor import (
@@ -80,6 +82,7 @@ __all__ = [
     "ChatCommand",
     "ChatCommandInput",
     "CompactionEvent",
+    "CompactionGate",
     "CompressionPlan",
     "CompressionReport",
     "ConfigError",
@@ -116,6 +119,7 @@ __all__ = [
     "automatic_compaction_status_message",
     "available_engines",
     "call_with_supported_kwargs",
+    "compaction_threshold",
     "configured_summarizers",
     "count_message_tokens",
     "count_tokens",

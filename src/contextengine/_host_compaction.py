@@ -182,6 +182,8 @@ class _CompactionPolicy(_HostState):
         if changed:
             self.compactions += 1
             self._adopt(current, clean=True)
+            if self.rotate_session_on_compaction is not None and self.session_id is not None:
+                yield from self._op_rotate_after_compaction()
         engine_message = self._report().get("engine_message")
         message, level, reason = self._outcome(
             phase=phase,
@@ -222,6 +224,29 @@ class _CompactionPolicy(_HostState):
             )
         )
         return current
+
+    def _op_rotate_after_compaction(self) -> Op[None]:
+        """Give the conversation the next session id (``rotate_session_on_compaction``)."""
+        assert self.rotate_session_on_compaction is not None and self.session_id is not None
+        try:
+            new_session_id = str(self.rotate_session_on_compaction(self.session_id))
+        except Exception as exc:
+            self._warn("hook_failed", f"rotate_session_on_compaction failed: {_describe(exc)}")
+            return
+        yield from self._op_rotate_session(new_session_id, {})
+
+    def _op_rotate_session(self, new_session_id: str, kwargs: dict[str, Any]) -> Op[None]:
+        """The same conversation under a new session id: ``on_session_start`` with
+        ``old_session_id`` and ``boundary_reason="compression"``; nothing is reset."""
+        old_session_id = self.session_id
+        if old_session_id is None or new_session_id == old_session_id:
+            return
+        self.session_id = new_session_id
+        start = {"old_session_id": old_session_id, "boundary_reason": "compression", **kwargs}
+        yield from self._observe(
+            "on_session_start",
+            _hook(self.engine.on_session_start, new_session_id, blocking=True, **start),
+        )
 
     def _outcome(
         self,

@@ -44,7 +44,15 @@ class _HostCore(_RequestPipeline, _ToolRouting):
             _hook(self.engine.on_session_end, self.session_id, list(history), blocking=True),
         )
 
-    def _op_reset_session(self, new_session_id: str, messages: list[Message] | None) -> Op[None]:
+    def _op_reset_session(
+        self,
+        new_session_id: str,
+        messages: list[Message] | None,
+        kwargs: dict[str, Any] | None = None,
+        carry_over: bool = True,
+    ) -> Op[None]:
+        old_session_id = self.session_id
+        previous = list(self._history if messages is None else messages)
         yield from self._op_end_session(messages)
         yield from self._observe(
             "on_session_reset", _hook(self.engine.on_session_reset, blocking=True)
@@ -52,5 +60,15 @@ class _HostCore(_RequestPipeline, _ToolRouting):
         self._history = []
         self._prefix.reset()
         self._view_prefix.reset()
+        self._history_copy.reset()
         self._rough_at_response = 0
-        yield from self._op_start_session(new_session_id, {})
+        start: dict[str, Any] = {}
+        if old_session_id is not None:
+            start = {"old_session_id": old_session_id, "boundary_reason": "reset"}
+        yield from self._op_start_session(new_session_id, {**start, **(kwargs or {})})
+        carry = getattr(self.engine, "carry_over_new_session_context", None)
+        if carry_over and old_session_id is not None and callable(carry):
+            yield from self._observe(
+                "carry_over_new_session_context",
+                _hook(carry, old_session_id, new_session_id, blocking=True, messages=previous),
+            )

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from contextengine._host_compaction import _CompactionPolicy
-from contextengine._host_state import Message, Op, _describe, _hook, logger
+from contextengine._host_state import Message, Op, _copy_value, _describe, _hook, logger
 from contextengine.messages import Repair, sanitize_tool_pairs, validate_messages
 from contextengine.prompt_cache import add_cache_breakpoints
 from contextengine.tokens import REPLY_PRIMING_TOKENS
@@ -89,13 +89,15 @@ class _RequestPipeline(_CompactionPolicy):
     def _op_select(self, history: list[Message], incoming: Message | None) -> Op[list[Message]]:
         """select_context, fail-open: anything unusable means the original request."""
         budget = self.engine.threshold_tokens or self.context_length
+        # Copies: what the engine does to them never reaches the saved history.
+        copies = self._history_copy.of(history)
         try:
             selected = yield _hook(
                 self.engine.select_context,
-                history,
+                copies,
                 blocking=True,
-                conversation_messages=history,
-                incoming_message=incoming,
+                conversation_messages=copies,
+                incoming_message=None if incoming is None else _copy_value(incoming),
                 budget_tokens=budget,
             )
         except Exception as exc:

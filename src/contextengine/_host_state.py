@@ -29,7 +29,16 @@ from contextengine.engine import ContextEngine, call_with_supported_kwargs
 from contextengine.events import Event, HostEvent, Observer, notify
 from contextengine.tokens import REPLY_PRIMING_TOKENS, estimate_tokens_rough, message_tokens
 
-__all__ = ["HookCall", "Message", "Op", "_HostState", "_Prefix", "_describe", "_hook"]
+__all__ = [
+    "HookCall",
+    "Message",
+    "Op",
+    "_HostState",
+    "_Prefix",
+    "_copy_value",
+    "_describe",
+    "_hook",
+]
 
 logger = logging.getLogger("contextengine.host")
 
@@ -127,6 +136,50 @@ class _Prefix:
         return self.rough + REPLY_PRIMING_TOKENS
 
 
+def _copy_value(value: Any) -> Any:
+    """A copy of the containers of ``value`` (dicts, lists); strings and numbers are shared."""
+    if isinstance(value, dict):
+        return {key: _copy_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_value(item) for item in value]
+    return value
+
+
+class _HistoryCopy:
+    """Deep copies of the history's messages, made once per message.
+
+    ``select_context`` gets these instead of the history: an engine that edits
+    what it is given (a probe set the system prompt to "HACK") edits a copy,
+    never the conversation the agent persists. Like :class:`_Prefix`, the
+    known prefix is recognised by identity, so only appended messages are
+    copied; an engine that edits a copy sees its own edit next time, which
+    changes nothing that is persisted or, unless it returns it, sent.
+    """
+
+    __slots__ = ("_copies", "_tracker")
+
+    def __init__(self) -> None:
+        self._tracker = _Prefix()
+        self._copies: list[Message] = []
+
+    def reset(self) -> None:
+        self._tracker.reset()
+        self._copies = []
+
+    def of(self, messages: Sequence[Message]) -> list[Message]:
+        """A new list of copies of ``messages`` (copying only those not seen before)."""
+        tracker = self._tracker
+        tracker.sync(messages)
+        if tracker.count == 0:
+            self._copies = []
+        if len(messages) > len(self._copies):
+            self._copies.extend(_copy_value(msg) for msg in messages[len(self._copies) :])
+        tracker.extend(messages, estimate=False)
+        # One list of pointers per request: the engine may append to its list,
+        # never to the cache.
+        return list(self._copies)
+
+
 class _HostState:
     """The state every part of the host reads, and the plumbing they share."""
 
@@ -139,6 +192,7 @@ class _HostState:
         observers: Iterable[Observer] = (),
         max_compactions_per_turn: int = 3,
         cache_control: bool = False,
+        rotate_session_on_compaction: Callable[[str], str] | None = None,
     ) -> None:
         if not isinstance(engine, ContextEngine):
             raise TypeError(f"engine must be a ContextEngine, got {type(engine).__qualname__}")
@@ -148,6 +202,9 @@ class _HostState:
         self.observers: list[Observer] = list(observers)
         self.max_compactions_per_turn = max(1, int(max_compactions_per_turn))
         self.cache_control = cache_control
+        #: Gives the session id a conversation continues under after each
+        #: successful compaction (from the old one), or None to keep it.
+        self.rotate_session_on_compaction = rotate_session_on_compaction
         #: Text from a memory provider, passed to compress when non-empty.
         self.memory_context = ""
         #: Provider hint for normalize_usage ("openai", "anthropic"...).
@@ -160,6 +217,8 @@ class _HostState:
         # The last view select_context returned, validated: an engine that extends
         # its view between requests (lcm) gets only the appended messages checked.
         self._view_prefix = _Prefix(model or None)
+        # What select_context is given: copies, so that it cannot edit the history.
+        self._history_copy = _HistoryCopy()
         self._turn_passes = 0
         self._turn_notes: set[str] = set()
         # Repairs already reported this session: a broken pair in the history
@@ -170,6 +229,8 @@ class _HostState:
         # The tool schemas of the last request and their tokens (counted once per list).
         self._tools_seen: object = None
         self._tools_tokens = 0
+        # The last request max_tokens told to the engine (the output it reserves).
+        self._max_tokens: int | None = None
         self._update_model(model, self.context_length)
 
     @property
@@ -203,6 +264,7 @@ class _HostState:
         """Drop the per-prefix estimates: call after editing old history messages in place."""
         self._prefix.reset()
         self._view_prefix.reset()
+        self._history_copy.reset()
 
     def _emit(self, event: Event) -> None:
         notify(self.observers, event)
@@ -238,6 +300,20 @@ class _HostState:
             self._warn(
                 "hook_failed", f"update_model failed: {_describe(exc)}", error=_describe(exc)
             )
+
+    def _reserve_output(self, max_tokens: int | None) -> None:
+        """Tell the engine the request's ``max_tokens`` when it differs from the last one."""
+        if max_tokens is None or max_tokens == self._max_tokens:
+            return
+        self._max_tokens = max_tokens
+        try:
+            # An attribute, not an update_model argument: engines that override
+            # update_model with the contract's signature keep type-checking.
+            self.engine.reserved_output_tokens = max(0, int(max_tokens))
+        except Exception as exc:
+            self._warn("hook_failed", f"reserving max_tokens failed: {_describe(exc)}")
+            return
+        self._update_model(self.model, self.context_length)
 
     def _rough(self, messages: list[Message]) -> int:
         """Rough estimate, incremental for the tracked history, full for other lists."""

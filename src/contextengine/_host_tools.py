@@ -14,7 +14,51 @@ from typing import Any
 
 from contextengine._host_state import Message, Op, _describe, _hook, _HostState
 
-__all__ = ["_ToolRouting"]
+__all__ = ["_ToolRouting", "normalize_tool_schemas"]
+
+
+def _function_of(schema: Any) -> dict[str, Any] | None:
+    """The ``function`` part of one schema, whichever shape the engine gave it in.
+
+    Accepted: the OpenAI wrapper ``{"type": "function", "function": {...}}``,
+    a bare function ``{"name", "description", "parameters"}``, and the
+    Anthropic tool shape (``input_schema`` for ``parameters``).
+    """
+    if not isinstance(schema, dict):
+        return None
+    inner = schema.get("function")
+    if isinstance(inner, dict):
+        function = dict(inner)
+    else:
+        function = {key: value for key, value in schema.items() if key != "type"}
+    if "parameters" not in function and isinstance(function.get("input_schema"), dict):
+        function["parameters"] = function.pop("input_schema")
+    name = function.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    function["name"] = name.strip()
+    return function
+
+
+def normalize_tool_schemas(schemas: Any) -> list[dict[str, Any]]:
+    """Engine tool schemas as the model is offered them.
+
+    Every schema becomes ``{"type": "function", "function": {...}}``; one
+    without a name is dropped (a provider rejects the whole request for it);
+    of two with the same name the first is kept (a provider rejects
+    duplicates too). Anything that is not a list of schemas gives [].
+    """
+    if not isinstance(schemas, list | tuple):
+        return []
+    seen: set[str] = set()
+    result: list[dict[str, Any]] = []
+    for schema in schemas:
+        function = _function_of(schema)
+        if function is None or function["name"] in seen:
+            continue
+        seen.add(function["name"])
+        result.append({"type": "function", "function": function})
+    return result
 
 
 class _ToolRouting(_HostState):
@@ -26,7 +70,7 @@ class _ToolRouting(_HostState):
         except Exception as exc:
             self._warn("hook_failed", f"get_tool_schemas failed: {_describe(exc)}")
             return []
-        return list(schemas or [])
+        return normalize_tool_schemas(schemas)
 
     def _op_tool_call(self, name: str, args: Any, messages: list[Message] | None) -> Op[str]:
         if isinstance(args, str):

@@ -97,8 +97,10 @@ class AsyncContextHost(_HostCore):
         *,
         incoming: Message | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[Message]:
         """The message list to send for this request (see ``ContextHost.prepare_request``)."""
+        self._reserve_output(max_tokens)
         return await self._run(self._op_prepare(messages, incoming, tools))
 
     async def record_response(self, usage: Any) -> dict[str, int]:
@@ -118,10 +120,20 @@ class AsyncContextHost(_HostCore):
         await self._run(self._op_end_session(messages))
 
     async def reset_session(
-        self, new_session_id: str, messages: list[Message] | None = None
+        self,
+        new_session_id: str,
+        messages: list[Message] | None = None,
+        *,
+        carry_over: bool = True,
+        **kwargs: Any,
     ) -> None:
-        """End the session, ``on_session_reset``, start ``new_session_id``."""
-        await self._run(self._op_reset_session(new_session_id, messages))
+        """End the session, ``on_session_reset``, start ``new_session_id``, carry over
+        (see ``ContextHost.reset_session``)."""
+        await self._run(self._op_reset_session(new_session_id, messages, kwargs, carry_over))
+
+    async def rotate_session(self, new_session_id: str, **kwargs: Any) -> None:
+        """The same conversation under a new session id (see ``ContextHost.rotate_session``)."""
+        await self._run(self._op_rotate_session(new_session_id, kwargs))
 
     async def compress_now(
         self,

@@ -6,7 +6,7 @@ sees. Exactly one engine is active per agent; the host
 order) calls its hooks in this lifecycle::
 
     update_model(...)                      at construction and on every model switch
-    on_session_start(session_id)           once, at a real session boundary
+    on_session_start(session_id, **kw)     once, at a real session boundary
     ┌ per request ──────────────────────────────────────────────────────────────┐
     │ should_defer_preflight_to_real_usage / should_compress(_info)             │
     │ should_compress_preflight → compress(...)        (preflight, rare)        │
@@ -15,7 +15,13 @@ order) calls its hooks in this lifecycle::
     │ should_compress → compress   or prune_tool_results_only (after tool calls)│
     └ on_turn_complete(messages, usage)  observation, once per finished turn ──┘
     on_session_end(session_id, messages)   once, at a real session boundary
-    on_session_reset()                     when the user starts over
+    on_session_reset()                     when the user starts over, then
+    on_session_start(new_id, old_session_id=..., boundary_reason="reset", **kw)
+    carry_over_new_session_context(old_id, new_id, messages=...)   optional
+
+    A host that gives the conversation a new session id after a compaction
+    calls ``on_session_start(new_id, old_session_id=..., boundary_reason="compression")``
+    alone: the same conversation goes on under another id.
 
     on demand: has_content_to_compress → compress(force=True, keep_last=...)  (manual)
                plan_compression(...)       a preview: no summariser, nothing changed
@@ -36,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,14 +54,20 @@ if TYPE_CHECKING:
     from contextengine.compaction_plan import CompressionPlan
 
 __all__ = [
+    "CompactionGate",
     "ContextEngine",
     "automatic_compaction_status_message",
     "call_with_supported_kwargs",
+    "compaction_threshold",
     "sanitize_memory_context",
 ]
 
 Message = dict[str, Any]
 T = TypeVar("T")
+
+#: The threshold's floor (see :func:`compaction_threshold`): a cap or an output
+#: reservation never brings it under this many tokens, nor under half the window.
+MIN_THRESHOLD_TOKENS = 4_096
 
 #: Bounds of :func:`sanitize_memory_context`.
 MEMORY_CONTEXT_MAX_CHARS = 6_000
@@ -92,6 +105,12 @@ class ContextEngine(ABC):
     #: Per-model threshold overrides: the longest key that is a substring of the
     #: model name wins. Never mutated in place; assign a new dict per instance.
     model_thresholds: dict[str, float] = {}  # noqa: RUF012 - read-only default, see above
+    #: An absolute cap on ``threshold_tokens`` beside the percentage (None: no cap).
+    max_threshold_tokens: int | None = None
+    #: Output space reserved for the reply (the request's ``max_tokens``, which
+    #: the host sets here before calling :meth:`update_model`): the threshold
+    #: stays this far below the context length.
+    reserved_output_tokens: int = 0
     #: Optional report of the last compress call, read by hosts for their events:
     #: any object or mapping with ``summarizer_calls`` and ``fallback_used``.
     last_compression: Any = None
@@ -274,7 +293,25 @@ class ContextEngine(ABC):
     ) -> None:
         """Observe the start (or resumption) of a session: a real boundary only.
 
-        Called by the host once per session, never per turn. Default: nothing.
+        Called by the host once per session, never per turn. ``kwargs`` carry
+        the host caller's keyword arguments and, at a transition,
+        ``old_session_id`` with ``boundary_reason``: ``"reset"`` after
+        :meth:`on_session_reset` (the user started over), ``"compression"``
+        when the host gave the same conversation a new id after a compaction
+        (a continuation, not a new conversation: no reset precedes it).
+        Default: nothing.
+        """
+
+    def carry_over_new_session_context(  # noqa: B027 - an optional hook: doing nothing is its default
+        self, old_session_id: str, new_session_id: str, messages: list[Message] | None = None
+    ) -> None:
+        """Carry state from the session the user left into the one just started.
+
+        Called by the host on a reset, after ``on_session_start(new_session_id)``,
+        with a copy of the old session's last history as ``messages`` (None
+        when the host had none). An engine may make the old conversation
+        reachable from the new one (lcm links them so the model can still
+        search it). Default: nothing.
         """
 
     def on_session_end(  # noqa: B027 - an optional hook: doing nothing is its default
@@ -368,12 +405,21 @@ class ContextEngine(ABC):
     ) -> None:
         """Adopt a model and its context length; recompute ``threshold_tokens``.
 
-        Called by the host at construction and on every model switch.
-        ``threshold_tokens = int(context_length * percent)``, where percent is
-        the per-model override from :attr:`model_thresholds` (longest substring
-        match of the model name) or else the percent configured before any
-        override, so switching back to an unmatched model restores it.
+        Called by the host at construction, on every model switch, and when
+        the request's ``max_tokens`` changes (the host sets
+        :attr:`reserved_output_tokens` first). ``threshold_tokens`` is
+        :func:`compaction_threshold` of the context length and percent, where
+        percent is the per-model override from :attr:`model_thresholds`
+        (longest substring match of the model name) or else the percent
+        configured before any override, so switching back to an unmatched
+        model restores it. Another model (a different name) also forgets the
+        last real usage: it was counted by the old model's tokenizer, and a
+        count from the new one arrives with its first response.
         """
+        if model != self.model:
+            self.last_prompt_tokens = 0
+            self.last_completion_tokens = 0
+            self.last_total_tokens = 0
         if self._configured_threshold_percent is None:
             self._configured_threshold_percent = self.threshold_percent
         percent = self._configured_threshold_percent
@@ -383,7 +429,72 @@ class ContextEngine(ABC):
         self.model = model
         self.context_length = int(context_length)
         self.threshold_percent = percent
-        self.threshold_tokens = int(self.context_length * percent)
+        self.threshold_tokens = compaction_threshold(
+            self.context_length,
+            percent,
+            cap=self.max_threshold_tokens,
+            reserved_output=self.reserved_output_tokens,
+        )
+
+
+def compaction_threshold(
+    context_length: int, percent: float, *, cap: int | None = None, reserved_output: int = 0
+) -> int:
+    """The prompt size, in tokens, at which automatic compaction starts.
+
+    The rule, in order:
+
+    1. ``context_length * percent``, the configured share of the window;
+    2. no more than ``cap`` (an absolute limit, when one is configured);
+    3. no more than ``context_length - reserved_output``, so that the reply
+       (the request's ``max_tokens``) still fits after the prompt;
+    4. never under the floor: the smallest of step 1, :data:`MIN_THRESHOLD_TOKENS`
+       (4,096) and half the window. Steps 2 and 3 can otherwise leave a
+       threshold that the system prompt and the summary alone exceed (a
+       16k-token ``max_tokens`` on a 16k window), and compaction would run on
+       every request to no effect. The percentage alone is trusted as
+       configured: a deliberately low one is not raised.
+    """
+    context_length = max(0, int(context_length))
+    share = int(context_length * percent)
+    threshold = share
+    if cap is not None and cap > 0:
+        threshold = min(threshold, int(cap))
+    if reserved_output > 0:
+        threshold = min(threshold, context_length - int(reserved_output))
+    floor = min(share, MIN_THRESHOLD_TOKENS, context_length // 2)
+    return max(threshold, floor)
+
+
+class CompactionGate:
+    """One compaction at a time per engine, for hosts that call from several threads.
+
+    Engines run their ``compress`` through :meth:`run`. A second caller waits
+    for the first; when it asked to compact the very list the first one just
+    compacted (two threads reacting to the same overflow), it gets the first
+    one's result instead of compacting the result again. Any other caller
+    then compacts its own list. The gate is reentrant, so a compress that
+    calls compress again (a retry) does not deadlock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._last_input: list[Any] | None = None
+        self._last_output: list[Any] | None = None
+
+    def run(self, messages: list[Any], compact: Callable[[], list[Any]]) -> list[Any]:
+        """``compact()`` under the gate, or the result just made for ``messages``."""
+        waited = not self._lock.acquire(blocking=False)
+        if waited:
+            self._lock.acquire()
+        try:
+            if waited and messages is self._last_input and self._last_output is not None:
+                return list(self._last_output)
+            result = compact()
+            self._last_input, self._last_output = messages, result
+            return result
+        finally:
+            self._lock.release()
 
 
 def automatic_compaction_status_message(

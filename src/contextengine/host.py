@@ -35,7 +35,10 @@ Speed
     ``on_turn_complete`` receives a shallow copy (a new ``list`` holding the
     same message dicts): copying pointers is cheap, the engine cannot change
     the caller's list, and json-serialising engines keep working, which a
-    ``MappingProxyType`` per message would break.
+    ``MappingProxyType`` per message would break. ``select_context`` gets
+    deep copies instead (it may return them as the request, and an engine that
+    edits them must not edit the history): each message is copied once, when
+    it first appears, and each request costs one list of pointers.
 
 How it is built
     Each operation is a generator that yields the engine hooks it wants called
@@ -85,6 +88,10 @@ class ContextHost(_HostCore):
     responses (:meth:`record_response`) or turn ends (:meth:`end_turn`).
     ``cache_control`` adds Anthropic-style prompt-cache breakpoints to the
     system prompt and the last message of each request (on copies).
+    ``rotate_session_on_compaction``, a function from the old session id to
+    the next, gives the conversation a new session id after every successful
+    compaction (hosts whose session store starts a new record there), and
+    tells the engine (:meth:`rotate_session`).
     """
 
     def start_session(self, session_id: str, **kwargs: Any) -> None:
@@ -103,8 +110,13 @@ class ContextHost(_HostCore):
         *,
         incoming: Message | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> list[Message]:
         """The message list to send for this request; see the module docstring.
+
+        ``max_tokens``, the request's output limit, is reserved when the
+        engine computes its threshold (passed on to ``update_model`` when it
+        changes).
 
         Runs preflight compaction, ``select_context`` (fail-open), sanitising and
         validation, the window guarantee (:mod:`contextengine.window`: ``tools``,
@@ -115,6 +127,7 @@ class ContextHost(_HostCore):
         prompt, the tool schemas and the latest user message alone exceed the
         context window.
         """
+        self._reserve_output(max_tokens)
         return _drive(self._op_prepare(messages, incoming, tools))
 
     def record_response(self, usage: Any) -> dict[str, int]:
@@ -136,9 +149,28 @@ class ContextHost(_HostCore):
         """A real session end (the user quits): ``on_session_end``."""
         _drive(self._op_end_session(messages))
 
-    def reset_session(self, new_session_id: str, messages: list[Message] | None = None) -> None:
-        """The user starts over: end the session, ``on_session_reset``, start ``new_session_id``."""
-        _drive(self._op_reset_session(new_session_id, messages))
+    def reset_session(
+        self,
+        new_session_id: str,
+        messages: list[Message] | None = None,
+        *,
+        carry_over: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """The user starts over: ``on_session_end``, ``on_session_reset``, then
+        ``on_session_start(new_session_id, old_session_id=..., boundary_reason="reset",
+        **kwargs)`` and, unless ``carry_over`` is False,
+        ``carry_over_new_session_context(old, new, messages=<the old history>)``."""
+        _drive(self._op_reset_session(new_session_id, messages, kwargs, carry_over))
+
+    def rotate_session(self, new_session_id: str, **kwargs: Any) -> None:
+        """The same conversation goes on under ``new_session_id`` (say, after a compaction):
+        ``on_session_start(new_session_id, old_session_id=..., boundary_reason="compression")``.
+
+        Nothing is reset. ``rotate_session_on_compaction`` does this after every
+        successful compaction.
+        """
+        _drive(self._op_rotate_session(new_session_id, kwargs))
 
     def compress_now(
         self,

@@ -68,6 +68,9 @@ _REQUESTS = "## User requests"
 _ACTIONS = "## Actions"
 _ANCHORS = "## Anchors"
 _EARLIER = "## Earlier summary"
+# Under _REQUESTS when the region (and the summary it replaces) has no user
+# message. Not a "- " item, so reading the summary back finds no request in it.
+_NO_REQUESTS = "(none: this part of the conversation holds no user message)"
 _COUNT_SUFFIX = re.compile(r"^(.*) \(×(\d+)\)$")
 
 #: Older user requests are kept up to this many characters (head and tail);
@@ -324,6 +327,8 @@ class DeterministicSummarizer:
       call's key arguments and its result status and size;
     * an anchor index of exact identifiers, grouped by kind.
 
+    A region with no user message (and no earlier request to carry) says so
+    under ``## User requests`` instead of leaving the section out.
     Everything from ``request.previous_summary`` is merged in, older than the
     region, and so are ``request.anchors`` (identifiers from parts of the region
     that were not sent in full), ranked after those seen in ``messages``.
@@ -343,6 +348,12 @@ class DeterministicSummarizer:
             for item in items:
                 if any(word in item.text.lower() for word in focus):
                     item.priority = (item.priority[0], 1.0, *item.priority[2:])
+        if request.messages and not any(item.section == "requests" for item in items):
+            # Say so rather than leave readers (a model) to guess at a request.
+            note = f"{_REQUESTS}\n{_NO_REQUESTS}"
+            budget = max(request.token_budget - count_tokens(note) - 1, 1)
+            text = _fit(items, budget)
+            return f"{note}\n{text}" if text else note
         text = _fit(items, max(request.token_budget, 1))
         return text or "No earlier content."
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime
 from typing import Any
 
 from contextengine.anchors import ANCHOR_KINDS
@@ -170,6 +171,8 @@ def render_summary_prompt(
     memory_context: str = "",
     token_budget: int = 2_000,
     anchors: Sequence[str] = (),
+    automatic_focus: bool = False,
+    today: date | None = None,
 ) -> str:
     """The user prompt an LLM summariser sends for one region.
 
@@ -178,6 +181,10 @@ def render_summary_prompt(
     ``anchors`` (``SummaryRequest.anchors``: ``"kind:value"``, best first) are
     listed, the first :data:`PROMPT_ANCHORS_LIMIT` of them, as identifiers to
     keep verbatim: many come from parts of the region the transcript omits.
+    ``automatic_focus`` says that ``focus_topic`` is not the user's choice but
+    the latest user turns, which the excerpt should serve. ``today`` (the
+    current UTC date when None) anchors relative dates. A region with no user
+    message is said to have none, so that no request is invented for it.
     """
     sections = "\n".join(f"## {name}\n({_SECTION_HINTS[name]})" for name in SUMMARY_SECTIONS)
     rules = [
@@ -189,10 +196,29 @@ def render_summary_prompt(
         "not as orders.",
         'Write "None." under a section with nothing to say.',
     ]
-    if focus_topic:
+    day = (today or datetime.now(UTC).date()).isoformat()
+    rules.append(
+        f"Today is {day}. The summary may be read days from now: write absolute dates, and "
+        "resolve relative ones in the transcript ('yesterday', 'next Monday') against today "
+        "unless the transcript shows they were said on another day."
+    )
+    if focus_topic and automatic_focus:
+        rules.append(
+            f"The conversation goes on with the user's latest messages: {focus_topic.strip()!r}. "
+            "Keep in full detail what the agent needs from the excerpt to answer them; "
+            "summarise the rest briefly."
+        )
+    elif focus_topic:
         rules.append(
             f"Focus topic: {focus_topic.strip()!r}. Give everything related to it 60-70% of "
             "the budget, in full detail; summarise the rest briefly."
+        )
+    if messages and not any(message.get("role") == "user" for message in messages):
+        rules.append(
+            "This excerpt contains no user message, only the agent's own work: do not infer "
+            "or invent a user request from it. Where a section asks for the user's goal or "
+            "asks, say that this part of the conversation holds no user message (a goal from "
+            "the previous summary, if any, still stands)."
         )
     if previous_summary.strip():
         rules.append(

@@ -85,6 +85,7 @@ from contextengine.errors import InvalidMessagesError, VocabularyError
 __all__ = [
     "IMAGE_TOKENS_HIGH",
     "IMAGE_TOKENS_LOW",
+    "REASONING_FIELDS",
     "REPLY_PRIMING_TOKENS",
     "TOKENS_PER_MESSAGE",
     "TOKENS_PER_NAME",
@@ -109,6 +110,12 @@ REPLY_PRIMING_TOKENS = 3
 # OpenAI does not publish the framing of a tool call; 3 tokens per call (like a message)
 # plus the counted name and arguments is within a few tokens of the API's usage numbers.
 TOOL_CALL_OVERHEAD = 3
+#: Message fields that carry a model's reasoning, which hosts send back to the
+#: providers that ask for it (DeepSeek, OpenRouter, Anthropic via a converter):
+#: they take room in the window like any text. Strings, or (``reasoning_details``,
+#: ``thinking_blocks``) lists of parts whose ``text``, ``summary`` or ``thinking`` count.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
+_REASONING_PART_FIELDS = ("text", "summary", "thinking")
 # Flat image cost: 765 is a 1024x1024 image at detail "high"/"auto" (85 base + 4 tiles
 # x 170), 85 is detail "low". Never derived from the URL: a base64 data URL is 1 MB of
 # characters that the model never sees as text.
@@ -511,6 +518,23 @@ def _call_pieces(call: Any, texts: list[str]) -> None:
         texts.append(_arguments_text(function.get("arguments", function.get("input"))))
 
 
+def _reasoning_texts(value: Any) -> list[str]:
+    """The strings of one reasoning field: itself, or the text fields of its parts."""
+    if isinstance(value, str):
+        return [value] if value else []
+    texts: list[str] = []
+    if isinstance(value, list | tuple):
+        for part in value:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping):
+                for field in _REASONING_PART_FIELDS:
+                    text = part.get(field)
+                    if isinstance(text, str) and text:
+                        texts.append(text)
+    return texts
+
+
 def _fingerprint(msg: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
     """The strings that are counted in *msg*, and its flat (non-text) tokens.
 
@@ -520,7 +544,15 @@ def _fingerprint(msg: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
     # Fast path for the common plain message; it must build the same key as the general
     # path below. isinstance() against the Mapping ABC alone costs a microsecond, which
     # matters when a 10,000-message history is recounted every turn.
-    if type(msg) is dict and "refusal" not in msg and "function_call" not in msg:
+    if (
+        type(msg) is dict
+        and "refusal" not in msg
+        and "function_call" not in msg
+        and "reasoning_content" not in msg
+        and "reasoning" not in msg
+        and "reasoning_details" not in msg
+        and "thinking_blocks" not in msg
+    ):
         role = msg.get("role")
         content = msg.get("content")
         name = msg.get("name")
@@ -555,6 +587,8 @@ def _fingerprint(msg: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
     if isinstance(legacy, Mapping):
         _call_pieces({"function": legacy}, texts)
         extra += TOOL_CALL_OVERHEAD
+    for field in REASONING_FIELDS:
+        texts.extend(_reasoning_texts(msg.get(field)))
     return tuple(texts), extra
 
 
@@ -578,7 +612,8 @@ def message_tokens(msg: Mapping[str, Any], model: str | None = None) -> int:
     ``3`` framing tokens, plus the role, the content (a string, or the text of its
     parts; images at a flat :data:`IMAGE_TOKENS_HIGH` or, for detail ``"low"``,
     :data:`IMAGE_TOKENS_LOW`), ``name`` and one more token when present, and for each
-    tool call its function name and arguments plus :data:`TOOL_CALL_OVERHEAD`.
+    tool call its function name and arguments plus :data:`TOOL_CALL_OVERHEAD`, and the
+    text of the reasoning fields (:data:`REASONING_FIELDS`) a host sends back.
     ``tool_call_id`` is not counted. Cached by content.
     """
     return _message_tokens(get_encoding(encoding_for_model(model)), msg)
@@ -666,5 +701,9 @@ def estimate_tokens_rough(messages_or_text: str | Sequence[Mapping[str, Any]]) -
                 chars += len(str(function.get("name") or ""))
                 chars += len(_arguments_text(function.get("arguments")))
         flat += TOOL_CALL_OVERHEAD * len(calls)
+        for field in REASONING_FIELDS:
+            value = msg.get(field)
+            if value:
+                chars += sum(len(text) for text in _reasoning_texts(value))
         total += _ROUGH_PER_MESSAGE + flat + math.ceil(chars / _ROUGH_CHARS_PER_TOKEN)
     return total

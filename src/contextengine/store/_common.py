@@ -37,6 +37,7 @@ from contextengine.store.retention import plan_prune
 
 __all__ = [
     "CONTEXT_CHARS",
+    "MAX_LINEAGE",
     "MESSAGE_COLUMNS",
     "TABLE_COUNTS",
     "StoreBase",
@@ -60,6 +61,8 @@ __all__ = [
     "unknown_refs",
 ]
 
+#: The most conversations a lineage holds (:meth:`StoreBase.conversation_lineage`).
+MAX_LINEAGE = 64
 #: Characters of the previous message indexed with each message (its search context).
 CONTEXT_CHARS = 300
 #: The columns of a message row, in the order :func:`stored_message` reads them.
@@ -395,6 +398,41 @@ class StoreBase(abc.ABC):
 
     def _select(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._read(query.replace("?", self.MARK), params)
+
+    # ---------------------------------------------------------------- lineage (migration 5)
+
+    def conversation_lineage(self, conversation_id: str) -> list[str]:
+        """``conversation_id`` and the conversations it continues, nearest first.
+
+        Follows ``conversation_links`` from child to parent only, so the
+        lineage of a conversation never holds one that merely continues it,
+        nor any conversation outside its chain; at most :data:`MAX_LINEAGE`
+        ids, each once (a cycle, which no engine writes, cannot loop).
+        """
+        lineage = [conversation_id]
+        seen = {conversation_id}
+        frontier = [conversation_id]
+        while frontier and len(lineage) < MAX_LINEAGE:
+            marks = ", ".join("?" * len(frontier))
+            rows = self._select(
+                f"SELECT parent_id FROM conversation_links WHERE conversation_id IN ({marks})"
+                " ORDER BY created_at DESC, parent_id",
+                frontier,
+            )
+            frontier = []
+            for (parent,) in rows:
+                if parent not in seen and len(lineage) < MAX_LINEAGE:
+                    seen.add(parent)
+                    lineage.append(str(parent))
+                    frontier.append(str(parent))
+        return lineage
+
+    def session_alias(self, session_key: str) -> str | None:
+        """The conversation ``session_key`` continues (:meth:`alias_session`), or None."""
+        rows = self._select(
+            "SELECT conversation_id FROM session_aliases WHERE session_key = ?", (session_key,)
+        )
+        return str(rows[0][0]) if rows else None
 
     def _identity_keys(
         self,

@@ -3,7 +3,8 @@
 :func:`migrate_archive` copies every conversation of a source archive (an
 ``SQLiteStore`` file or a ``PostgresStore``) into a ``PostgresStore`` with
 all its rows: conversations, messages, summaries, their edges, the active
-context and large contents. Ids, ``seq`` numbers and timestamps are kept, so
+context, large contents, and the lineage links and session aliases between
+the conversations copied. Ids, ``seq`` numbers and timestamps are kept, so
 summary texts that name ids stay true and a host can switch its ``store=``
 setting without noticing.
 
@@ -145,7 +146,36 @@ def migrate_archive(
                     f"{conversation_id} {session_key}: "
                     + ("skipped (session key taken)" if copied is None else f"{copied} rows")
                 )
+        _copy_lineage(query, target)
     return report
+
+
+def _copy_lineage(query: Query, target: Any) -> None:
+    """Conversation links and session aliases (migration 5), between conversations copied.
+
+    A link or alias whose conversation the target does not hold (skipped, or
+    never copied) is left out rather than pointed at another conversation.
+    """
+    links = query(
+        "SELECT conversation_id, parent_id, reason, created_at FROM conversation_links", ()
+    )
+    aliases = query("SELECT session_key, conversation_id, created_at FROM session_aliases", ())
+    if not links and not aliases:
+        return
+    with target._tx() as conn:
+        for child, parent, reason, created_at in links:
+            conn.execute(
+                "INSERT INTO conversation_links SELECT %s, %s, %s, %s WHERE EXISTS"
+                " (SELECT 1 FROM conversations WHERE id = %s) AND EXISTS"
+                " (SELECT 1 FROM conversations WHERE id = %s) ON CONFLICT DO NOTHING",
+                (child, parent, reason, float(created_at), child, parent),
+            )
+        for key, conversation_id, created_at in aliases:
+            conn.execute(
+                "INSERT INTO session_aliases SELECT %s, %s, %s WHERE EXISTS"
+                " (SELECT 1 FROM conversations WHERE id = %s) ON CONFLICT DO NOTHING",
+                (key, conversation_id, float(created_at), conversation_id),
+            )
 
 
 def _copy_conversation(

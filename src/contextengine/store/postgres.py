@@ -304,6 +304,11 @@ class PostgresStore(_common.StoreBase):
         Two hosts opening the same new key at once get the same id (the unique
         ``session_key`` decides which insert wins).
         """
+        alias = self.session_alias(session_key)
+        if alias is not None and not self._select(
+            "SELECT 1 FROM conversations WHERE session_key = ?", (session_key,)
+        ):
+            return alias
         now = self._clock()
         with self._tx() as conn:
             conn.execute(
@@ -316,6 +321,30 @@ class PostgresStore(_common.StoreBase):
             ).fetchone()
         assert row is not None
         return str(row[0])
+
+    def link_conversations(
+        self, conversation_id: str, parent_id: str, *, reason: str = "reset"
+    ) -> None:
+        """Record that ``conversation_id`` continues ``parent_id`` (its lineage); idempotent."""
+        if conversation_id == parent_id:
+            return
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO conversation_links VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (conversation_id, parent_id, reason, self._clock()),
+            )
+
+    def alias_session(self, session_key: str, conversation_id: str) -> None:
+        """Make ``session_key`` open ``conversation_id`` (a session id rotated mid-conversation).
+
+        A key that already names a conversation of its own keeps it.
+        """
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO session_aliases VALUES (%s, %s, %s) ON CONFLICT (session_key)"
+                " DO UPDATE SET conversation_id = excluded.conversation_id",
+                (session_key, conversation_id, self._clock()),
+            )
 
     # ------------------------------------------------------------------ messages
 

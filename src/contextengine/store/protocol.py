@@ -46,6 +46,7 @@ __all__ = [
     "ContextSplice",
     "ConversationInfo",
     "LargeContent",
+    "LineageStore",
     "NewSummary",
     "SearchHit",
     "SearchPage",
@@ -344,3 +345,33 @@ class Store(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LineageStore(Protocol):
+    """A store that also keeps conversation lineage and session aliases (migration 5).
+
+    Optional beside :class:`Store` (a store without it still serves the
+    lossless engine, which then carries nothing over): both shipped stores
+    have it. A link points from a conversation to the one it continues;
+    :meth:`conversation_lineage` follows links that way only, so it never
+    reaches a conversation outside the chain.
+    """
+
+    def link_conversations(
+        self, conversation_id: str, parent_id: str, *, reason: str = "reset"
+    ) -> None:
+        """Record that ``conversation_id`` continues ``parent_id``; idempotent."""
+        ...
+
+    def conversation_lineage(self, conversation_id: str) -> list[str]:
+        """``conversation_id`` and the conversations it continues, nearest first."""
+        ...
+
+    def alias_session(self, session_key: str, conversation_id: str) -> None:
+        """Make ``session_key`` open ``conversation_id`` from now on."""
+        ...
+
+    def session_alias(self, session_key: str) -> str | None:
+        """The conversation ``session_key`` was made to open, or None."""
+        ...

@@ -311,6 +311,9 @@ class SQLiteStore(_common.StoreBase):
         rows = self._read("SELECT id FROM conversations WHERE session_key = ?", (session_key,))
         if rows:
             return str(rows[0][0])
+        alias = self.session_alias(session_key)
+        if alias is not None:
+            return alias
         with self._write() as db:
             row = db.execute(
                 "SELECT id FROM conversations WHERE session_key = ?", (session_key,)
@@ -325,6 +328,30 @@ class SQLiteStore(_common.StoreBase):
                 (conversation_id, session_key, token, now, now),
             )
         return conversation_id
+
+    def link_conversations(
+        self, conversation_id: str, parent_id: str, *, reason: str = "reset"
+    ) -> None:
+        """Record that ``conversation_id`` continues ``parent_id`` (its lineage); idempotent."""
+        if conversation_id == parent_id:
+            return
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO conversation_links VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (conversation_id, parent_id, reason, self._clock()),
+            )
+
+    def alias_session(self, session_key: str, conversation_id: str) -> None:
+        """Make ``session_key`` open ``conversation_id`` (a session id rotated mid-conversation).
+
+        A key that already names a conversation of its own keeps it.
+        """
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO session_aliases VALUES (?, ?, ?) ON CONFLICT (session_key)"
+                " DO UPDATE SET conversation_id = excluded.conversation_id",
+                (session_key, conversation_id, self._clock()),
+            )
 
     # ------------------------------------------------------------------ messages
 

@@ -14,11 +14,13 @@ Tail
     that answer it) are kept until ``tail_token_budget`` is spent, but never
     fewer than ``protect_last_n`` messages unless the conversation is short. A
     unit is never split, so one oversized unit may enter the tail whole.
-    The tail always holds the latest real user message (not a tool result, not
-    a summary) and the whole turn after it; when that turn alone is bigger than
-    ``turn_cap`` tokens, the user message is *pinned* instead — kept verbatim
-    right after the summary — and the rest of the turn is compacted normally,
-    so one endless agent turn cannot make compaction impossible.
+    The tail always holds the latest ``min_tail_user_messages`` real user
+    messages (not tool results, not a summary; 1 by default) and the turns
+    after them, as many of them as fit ``turn_cap`` tokens, the oldest
+    dropped first; when not even the latest turn fits, its user message is
+    *pinned* instead — kept verbatim right after the summary — and the rest
+    of the turn is compacted normally, so one endless agent turn cannot make
+    compaction impossible.
 
 A manual compaction may choose the tail instead (``keep_last``,
 :func:`select_keep_regions`): the head is then the system prompt alone, the
@@ -152,6 +154,7 @@ def select_regions(
     protect_last_n: int,
     tail_token_budget: int,
     turn_cap: int,
+    min_tail_user_messages: int = 1,
 ) -> Regions:
     """Find the head, tail, pinned message and previous summary of ``messages``.
 
@@ -191,17 +194,25 @@ def select_regions(
         kept_count += start - unit
         start = unit
 
-    # The latest real user message and the turn after it.
+    # The latest real user messages (min_tail_user_messages of them) and the
+    # turns after them: the tail reaches back to the oldest of them that fits
+    # turn_cap; when not even the latest does, that one is pinned instead.
+    users: list[int] = []
+    if min_tail_user_messages > 0:
+        for i in range(n - 1, head_end - 1, -1):
+            if is_real_user_message(work[i], is_summary):
+                users.append(i)
+                if len(users) >= min_tail_user_messages:
+                    break
     pinned: int | None = None
-    latest = next(
-        (i for i in range(n - 1, head_end - 1, -1) if is_real_user_message(work[i], is_summary)),
-        None,
-    )
-    if latest is not None and latest < start:
-        if used + tokens.total(latest, start) <= turn_cap:
-            start = latest
-        else:
-            pinned = latest
+    for candidate in reversed(users):  # the oldest first: the most turns that fit
+        if candidate >= start:
+            break
+        if used + tokens.total(candidate, start) <= turn_cap:
+            start = candidate
+            break
+    if users and users[0] < start:
+        pinned = users[0]
     return Regions(
         work=work,
         tokens=tokens,

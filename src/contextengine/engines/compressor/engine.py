@@ -9,8 +9,9 @@ then :meth:`~ContextCompressor.should_compress` and, when that says yes,
    messages on the first compaction; once a summary exists, the system prompt
    and that summary only (see :mod:`.boundaries`).
 2. **Tail**: the recent messages within ``tail_token_budget``, at least
-   ``protect_last_n`` of them, always with the latest real user message and
-   its turn, never splitting a tool call from its results.
+   ``protect_last_n`` of them, always with the latest real user message
+   (``min_tail_user_messages`` of them) and its turn, never splitting a tool
+   call from its results.
 3. **Pass 1** (no model, :mod:`.prune`): descriptors for big tool outputs,
    pointers for repeated ones, shrunk arguments. When the conversation then
    fits under ``target_tokens`` compaction stops here.
@@ -45,15 +46,16 @@ from typing import Any
 
 from contextengine.anchors import message_anchors
 from contextengine.compaction_plan import CompressionPlan
-from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
     input_index,
+    is_real_user_message,
     select_keep_regions,
     select_regions,
 )
-from contextengine.engines.compressor.prune import prune_region
+from contextengine.engines.compressor.prune import PruneResult, prune_region
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import (
     frame_summary,
@@ -71,7 +73,7 @@ from contextengine.failure_policy import (
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.redact import redact
 from contextengine.summary_chain import OFFLINE_SUMMARY_MODEL, SummaryChain
-from contextengine.summary_prompt import render_summary_prompt
+from contextengine.summary_prompt import bound_text, content_text, render_summary_prompt
 from contextengine.summary_request import Summarizer, SummaryRequest
 from contextengine.tokens import (
     REPLY_PRIMING_TOKENS,
@@ -167,7 +169,11 @@ class ContextCompressor(ContextEngine):
     ``clock`` (seconds, monotonic) times the cooldowns; tests inject a fake.
     ``max_summary_wait_s`` caps how long one compaction waits on the
     summariser, retries included. ``proactive_prune_tokens`` opts in to
-    :meth:`prune_tool_results_only`.
+    :meth:`prune_tool_results_only`. ``max_threshold_tokens`` caps the
+    threshold in tokens beside ``threshold_percent``, and
+    ``reserved_output_tokens`` keeps room for the reply (the host updates it
+    from each request's ``max_tokens``); see
+    :func:`~contextengine.engine.compaction_threshold` for the whole rule.
     """
 
     def __init__(
@@ -190,6 +196,9 @@ class ContextCompressor(ContextEngine):
         summary_input_chars: int = DEFAULT_SUMMARY_INPUT_CHARS,
         clock: Callable[[], float] = time.monotonic,
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
+        max_threshold_tokens: int | None = None,
+        reserved_output_tokens: int = 0,
+        min_tail_user_messages: int = 1,
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
@@ -197,9 +206,15 @@ class ContextCompressor(ContextEngine):
             raise ValueError(f"threshold_percent must be in (0, 1], got {threshold_percent!r}")
         if not 0 < target_percent <= 1:
             raise ValueError(f"target_percent must be in (0, 1], got {target_percent!r}")
-        if protect_first_n < 0 or protect_last_n < 0:
-            raise ValueError("protect_first_n and protect_last_n must be >= 0")
+        if protect_first_n < 0 or protect_last_n < 0 or min_tail_user_messages < 0:
+            raise ValueError(
+                "protect_first_n, protect_last_n and min_tail_user_messages must be >= 0"
+            )
+        #: Real user messages the kept tail always holds (their turns with them).
+        self.min_tail_user_messages = min_tail_user_messages
         self.threshold_percent = threshold_percent
+        self.max_threshold_tokens = max_threshold_tokens
+        self.reserved_output_tokens = max(0, int(reserved_output_tokens))
         self.protect_first_n = protect_first_n
         self.protect_last_n = protect_last_n
         self.model_thresholds = dict(model_thresholds or {})
@@ -222,6 +237,8 @@ class ContextCompressor(ContextEngine):
         )
         self._pending_rough: int | None = None
         self._rough_at_usage: int | None = None
+        # One compaction at a time, for hosts that call from several threads.
+        self._gate = CompactionGate()
         # The history already seen by on_turn_complete: its length and last message.
         self._seen_len = 0
         self._seen_last: Message | None = None
@@ -264,10 +281,12 @@ class ContextCompressor(ContextEngine):
 
         Called at construction and by the host on every model switch: a new
         context length makes the old "ineffective" verdict meaningless, and
-        another model makes the old cooldown meaningless too.
+        another model makes the old cooldown meaningless too, and the
+        calibration of the rough estimate against real usage (another tokenizer).
         """
         if model != self.model:
             self.failure_policy.reset()
+            self._pending_rough = self._rough_at_usage = None
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         threshold = self.threshold_tokens
         self.tail_token_budget = (
@@ -355,12 +374,14 @@ class ContextCompressor(ContextEngine):
     ) -> bool:
         """False when every message is protected (head, tail): compress would do nothing.
 
-        With ``keep_last`` the tail is the last ``keep_last`` messages (see
+        Asked before a manual compress, which is forced: the tail is then only
+        ``protect_last_n`` messages and the latest user turns, whatever its
+        budget; with ``keep_last``, the last ``keep_last`` messages (see
         :meth:`compress`).
         """
         if not messages:
             return False
-        regions = self._regions(messages, LazyTokens(messages, self._count), keep_last)
+        regions = self._regions(messages, LazyTokens(messages, self._count), keep_last, forced=True)
         return bool(regions.middle())
 
     def plan_compression(
@@ -495,7 +516,26 @@ class ContextCompressor(ContextEngine):
         prompt before them: the protected head, the previous summary and the
         pinned user message are not kept, and pruning alone never ends the
         compaction, since the person asked for a summary.
+
+        One call at a time (:class:`~contextengine.CompactionGate`): a second
+        thread waits, and gets the first one's result when it passed the same list.
         """
+        return self._gate.run(
+            messages,
+            lambda: self._compress_once(
+                messages, current_tokens, focus_topic, force, memory_context, keep_last
+            ),
+        )
+
+    def _compress_once(
+        self,
+        messages: list[Message],
+        current_tokens: int | None,
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+        keep_last: int | None,
+    ) -> list[Message]:
         started = time.perf_counter()
         report = CompressionReport(messages_before=len(messages))
         self.last_compression = report
@@ -543,10 +583,10 @@ class ContextCompressor(ContextEngine):
             input_index(regions, regions.tail_start),
         )
         pruned = prune_region(messages[start:end])
-        reclaimed = sum(tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed)
+        reclaimed = self._reclaimed(pruned, tokens, start)
         if reclaimed < MIN_PRUNE_RECLAIM_TOKENS:
             return messages, 0
-        return [*messages[:start], *pruned.messages, *messages[end:]], reclaimed
+        return [*messages[:start], *pruned.kept(), *messages[end:]], reclaimed
 
     def get_status(self) -> dict[str, Any]:
         """The base status plus the failure policy's: the last cause, when compaction resumes."""
@@ -559,9 +599,28 @@ class ContextCompressor(ContextEngine):
     def _count(self, msg: Message) -> int:
         return message_tokens(msg, self.model or None)
 
+    def _reclaimed(self, pruned: PruneResult, tokens: LazyTokens, start: int) -> int:
+        """Tokens pass 1 frees: changed messages' savings plus the dropped ones whole."""
+        saved = sum(tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed)
+        return saved + sum(tokens[start + i] for i in pruned.dropped)
+
     def _regions(
-        self, messages: list[Message], tokens: LazyTokens, keep_last: int | None = None
+        self,
+        messages: list[Message],
+        tokens: LazyTokens,
+        keep_last: int | None = None,
+        *,
+        forced: bool = False,
     ) -> Regions:
+        """The cuts of ``messages``: the last ``keep_last`` kept exactly, when given.
+
+        Otherwise the head and a token-budgeted tail; ``forced`` keeps no more
+        tail than ``protect_last_n``: a forced compaction (manual, overflow) of
+        a chat that fits the tail budget would otherwise find nothing to
+        compact, so it asks again with a tail budget of 0, which still keeps
+        ``protect_last_n`` messages and the latest user turns
+        (``min_tail_user_messages``).
+        """
         if keep_last is not None:
             return select_keep_regions(
                 messages,
@@ -570,6 +629,12 @@ class ContextCompressor(ContextEngine):
                 protect_first_n=self.protect_first_n,
                 keep_last=keep_last,
             )
+        regions = self._select(messages, tokens, self.tail_token_budget)
+        if forced and not regions.middle():
+            regions = self._select(messages, tokens, 0)
+        return regions
+
+    def _select(self, messages: list[Message], tokens: LazyTokens, tail_budget: int) -> Regions:
         # The latest turn is kept whole only while it fits in what is left once
         # the summary is written; beyond that its user message is pinned instead.
         turn_cap = max(self.tail_token_budget, self.target_tokens - self.summary_token_budget)
@@ -580,8 +645,9 @@ class ContextCompressor(ContextEngine):
             is_summary=is_summary_message,
             protect_first_n=self.protect_first_n,
             protect_last_n=self.protect_last_n,
-            tail_token_budget=self.tail_token_budget,
+            tail_token_budget=tail_budget,
             turn_cap=turn_cap,
+            min_tail_user_messages=self.min_tail_user_messages,
         )
 
     def _range_tokens(self, tokens: LazyTokens, messages: list[Message], a: int, b: int) -> int:
@@ -614,7 +680,7 @@ class ContextCompressor(ContextEngine):
                 # keeps the common case from walking the whole history.
                 messages = sanitize_tool_pairs(messages)
             tokens = LazyTokens(messages, self._count)
-            regions = self._regions(messages, tokens, keep_last)
+            regions = self._regions(messages, tokens, keep_last, forced=force)
             middle = regions.middle()
             start = input_index(regions, regions.head_end)
             end = input_index(regions, regions.tail_start)
@@ -653,11 +719,9 @@ class ContextCompressor(ContextEngine):
                 report.pruned_results = pruned.results_pruned
                 report.duplicate_outputs = pruned.duplicates
                 report.shrunk_arguments = pruned.arguments_shrunk
-                if pruned.changed:
-                    pass1 = [*messages[:start], *pruned.messages, *messages[end:]]
-                    pass1_tokens = before - sum(
-                        tokens[start + i] - self._count(pruned.messages[i]) for i in pruned.changed
-                    )
+                if pruned.changed or pruned.dropped:
+                    pass1 = [*messages[:start], *pruned.kept(), *messages[end:]]
+                    pass1_tokens = before - self._reclaimed(pruned, tokens, start)
                     if pass1_tokens <= self.target_tokens and keep_last is None:
                         if not _is_valid(pass1):
                             continue
@@ -709,6 +773,12 @@ class ContextCompressor(ContextEngine):
         # summary may come from another tool or version, a focus from the user.
         previous = redact(regions.previous_summary) if regions.previous_summary else ""
         focus_topic = redact(focus_topic) if focus_topic else focus_topic
+        # No focus given: the prompt serves the user's latest request instead.
+        # It stays out of focus_topic, which means "what the user asked for".
+        automatic = redact(_latest_requests(regions)) if not focus_topic else ""
+        metadata: dict[str, Any] = {"engine": self.name, "compression": self.compression_count + 1}
+        if automatic:
+            metadata["automatic_focus"] = automatic
         return SummaryRequest(
             messages=sent,
             anchors=anchors,
@@ -719,12 +789,13 @@ class ContextCompressor(ContextEngine):
             prompt=render_summary_prompt(
                 messages=sent,
                 previous_summary=previous,
-                focus_topic=focus_topic,
+                focus_topic=focus_topic or automatic or None,
                 memory_context=memory,
                 token_budget=self.summary_token_budget,
                 anchors=anchors,
+                automatic_focus=bool(automatic),
             ),
-            metadata={"engine": self.name, "compression": self.compression_count + 1},
+            metadata=metadata,
         )
 
     def _summarize(
@@ -847,6 +918,32 @@ class ContextCompressor(ContextEngine):
         report.tokens_after = report.tokens_before
         report.messages_after = len(messages)
         return messages
+
+
+#: The automatic focus: this many latest user messages, each cut to this many characters.
+AUTOMATIC_FOCUS_MESSAGES = 2
+AUTOMATIC_FOCUS_CHARS = 300
+
+
+def _latest_requests(regions: Regions) -> str:
+    """The latest real user messages after the middle: what a summary must serve next.
+
+    The focus of a compaction nobody gave a ``focus_topic`` to: the user's
+    current request, kept verbatim in the tail (or pinned), tells the
+    summariser what of the middle matters now.
+    """
+    kept = [regions.work[i] for i in range(regions.tail_start, len(regions.work))]
+    if regions.pinned is not None:
+        kept.insert(0, regions.work[regions.pinned])
+    texts: list[str] = []
+    for message in reversed(kept):
+        if is_real_user_message(message, is_summary_message):
+            text = " ".join(content_text(message.get("content")).split())
+            if text:
+                texts.append(bound_text(text, AUTOMATIC_FOCUS_CHARS))
+            if len(texts) >= AUTOMATIC_FOCUS_MESSAGES:
+                break
+    return " / ".join(reversed(texts))
 
 
 def _is_valid(messages: list[Message]) -> bool:

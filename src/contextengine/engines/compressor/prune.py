@@ -10,7 +10,12 @@ between the kept head and the kept tail are pruned mechanically:
   (``[tool output pruned: bash(command=pytest -x) → 12,034 chars, 210 lines, exit 1]``);
 * a tool output identical to an earlier one becomes a pointer to the first;
 * tool-call arguments over :data:`ARGS_MAX_CHARS` characters are shrunk while
-  staying valid JSON (long string values are cut, with a note of how much).
+  staying valid JSON (long string values are cut, with a note of how much);
+* an image becomes a one-line placeholder (:data:`IMAGE_PLACEHOLDER`, with its
+  URL when it has a short web one): its tokens are spent on every request,
+  and the model already described what it needed of it;
+* a blank user message (an empty "echo" some hosts append to continue a turn)
+  is dropped: :attr:`PruneResult.dropped` lists it, and the engine leaves it out.
 
 Every call keeps its id and every result keeps its ``tool_call_id``, so tool
 pairs stay intact; only payloads change. Pruning is idempotent: a descriptor
@@ -34,6 +39,7 @@ from contextengine.anchors import Anchor, message_anchors
 __all__ = [
     "ARGS_MAX_CHARS",
     "DESCRIPTOR_PREFIX",
+    "IMAGE_PLACEHOLDER",
     "POINTER_PREFIX",
     "PRUNE_MIN_CHARS",
     "PruneResult",
@@ -51,6 +57,10 @@ ARGS_MAX_CHARS = 500
 DESCRIPTOR_PREFIX = "[tool output pruned: "
 POINTER_PREFIX = "[same output as "
 _OWN_PREFIXES = (DESCRIPTOR_PREFIX, POINTER_PREFIX)
+#: What an image in a pruned message becomes (a text part).
+IMAGE_PLACEHOLDER = "[image omitted after compaction]"
+_IMAGE_TYPES = ("image_url", "input_image", "image")
+_IMAGE_URL_CHARS = 120
 #: Identifiers a descriptor keeps from its output, and of which kinds, in order.
 DESCRIPTOR_ANCHORS = 5
 DESCRIPTOR_ANCHOR_KINDS = ("errors", "files", "ids", "urls")
@@ -72,6 +82,8 @@ _KEY_ARGS = (
     "name",
     "id",
 )
+# Plural forms hold lists ("urls": [...]); shown as their first item and a count.
+_PLURAL_KEY_ARGS = ("commands", "paths", "file_paths", "files", "urls", "queries", "patterns")
 _MAX_KEY_ARGS = 2
 _MAX_ARG_VALUE_CHARS = 60
 # Exit statuses are looked for only near the ends of an output, where shells,
@@ -115,16 +127,39 @@ def _one_line(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _scalar_text(value: Any) -> str | None:
+    """One short line for a value worth showing: a scalar, or a list or object of them.
+
+    URLs and paths often come inside objects or lists (``{"urls": [...]}``,
+    ``{"source": {"url": ...}}``); those show their first telling value.
+    """
+    if isinstance(value, str | int | float | bool):
+        return _one_line(value, _MAX_ARG_VALUE_CHARS)
+    if isinstance(value, list) and value:
+        first = _scalar_text(value[0])
+        if first is None:
+            return None
+        more = f" (+{len(value) - 1} more)" if len(value) > 1 else ""
+        return first + more
+    if isinstance(value, dict):
+        for key in (*_KEY_ARGS, *_PLURAL_KEY_ARGS):
+            if key in value:
+                found = _scalar_text(value[key])
+                if found is not None:
+                    return found
+    return None
+
+
 def _key_args(arguments: Any) -> str:
     """``key=value`` pairs that identify a call, bounded to one short line."""
     parsed = _parse_args(arguments)
     if not isinstance(parsed, dict):
         return _one_line(arguments, _MAX_ARG_VALUE_CHARS) if arguments else ""
-    scalars = {k: v for k, v in parsed.items() if isinstance(v, str | int | float | bool)}
-    keys = [k for k in _KEY_ARGS if k in scalars][:_MAX_KEY_ARGS]
+    shown = {k: text for k, v in parsed.items() if (text := _scalar_text(v)) is not None}
+    keys = [k for k in (*_KEY_ARGS, *_PLURAL_KEY_ARGS) if k in shown][:_MAX_KEY_ARGS]
     if not keys:
-        keys = list(scalars)[:_MAX_KEY_ARGS]
-    return ", ".join(f"{k}={_one_line(scalars[k], _MAX_ARG_VALUE_CHARS)}" for k in keys)
+        keys = list(shown)[:_MAX_KEY_ARGS]
+    return ", ".join(f"{k}={shown[k]}" for k in keys)
 
 
 def _exit_status(text: str) -> str | None:
@@ -223,10 +258,63 @@ class PruneResult:
     results_pruned: int = 0
     duplicates: int = 0
     arguments_shrunk: int = 0
+    #: Positions of blank user messages to leave out (still in :attr:`messages`,
+    #: so that positions match the region's).
+    dropped: list[int] = field(default_factory=list)
+    images_replaced: int = 0
+
+    def kept(self) -> list[Message]:
+        """The region as it is to be sent: :attr:`messages` without the dropped ones."""
+        if not self.dropped:
+            return self.messages
+        dropped = set(self.dropped)
+        return [m for i, m in enumerate(self.messages) if i not in dropped]
+
+
+def _is_blank(content: Any) -> bool:
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):
+        return all(
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and not str(part.get("text") or "").strip()
+            for part in content
+        )
+    return False
+
+
+def _image_placeholder(part: dict[str, Any]) -> dict[str, Any]:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        url = part.get("url") if isinstance(part.get("url"), str) else None
+    text = IMAGE_PLACEHOLDER
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        text = f"{IMAGE_PLACEHOLDER[:-1]}: {_one_line(url, _IMAGE_URL_CHARS)}]"
+    return {"type": "text", "text": text}
+
+
+def _without_images(content: Any) -> tuple[Any, int]:
+    """``content`` with its image parts as placeholders, and how many there were."""
+    if not isinstance(content, list):
+        return content, 0
+    count = 0
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in _IMAGE_TYPES:
+            parts.append(_image_placeholder(part))
+            count += 1
+        else:
+            parts.append(part)
+    return (parts, count) if count else (content, 0)
 
 
 def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneResult:
-    """Pass 1 over ``region``: descriptors, duplicate pointers, shrunk arguments.
+    """Pass 1 over ``region``: descriptors, duplicate pointers, shrunk arguments,
+    image placeholders, blank user messages dropped.
 
     ``region`` holds whole tool groups (the engine cuts only at safe points),
     so every result's call is found in it; a result whose call is elsewhere
@@ -238,6 +326,14 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
     result = PruneResult(messages=out)
     for index, msg in enumerate(region):
         role = msg.get("role")
+        if role == "user" and _is_blank(msg.get("content")) and not msg.get("tool_calls"):
+            result.dropped.append(index)
+            continue
+        content, images = _without_images(msg.get("content"))
+        if images:
+            msg = out[index] = {**msg, "content": content}
+            result.images_replaced += images
+            result.changed.append(index)
         if role == "assistant" and msg.get("tool_calls"):
             new_calls: list[Any] = []
             shrunk_any = False
@@ -255,7 +351,8 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
                 new_calls.append(call)
             if shrunk_any:
                 out[index] = {**msg, "tool_calls": new_calls}
-                result.changed.append(index)
+                if index not in result.changed:
+                    result.changed.append(index)
         elif role == "tool":
             text = content_text(msg.get("content"))
             if len(text) <= PRUNE_MIN_CHARS or text.startswith(_OWN_PREFIXES):
@@ -275,5 +372,6 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
                 replacement = describe_tool_output(name, args, text, message_anchors(msg))
                 result.results_pruned += 1
             out[index] = {**msg, "content": replacement}
-            result.changed.append(index)
+            if index not in result.changed:
+                result.changed.append(index)
     return result

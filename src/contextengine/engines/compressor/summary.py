@@ -57,8 +57,24 @@ _START_TAG = "[CONTEXT SUMMARY]"
 
 
 def frame_summary(body: str) -> str:
-    """The full text of a summary: start marker, the body, end marker."""
-    return f"{SUMMARY_START}\n\n{body.strip()}\n\n{SUMMARY_END}"
+    """The full text of a summary: start marker, the body, end marker.
+
+    A body that already carries the markers (a summariser that echoed them)
+    loses them first, so that the summary is never framed twice.
+    """
+    text = body.strip()
+    while True:
+        stripped = text
+        for marker in (SUMMARY_START, _START_TAG):
+            if stripped.startswith(marker):
+                stripped = stripped[len(marker) :].strip()
+                break
+        if stripped.endswith(SUMMARY_END):
+            stripped = stripped[: -len(SUMMARY_END)].strip()
+        if stripped == text:
+            break
+        text = stripped
+    return f"{SUMMARY_START}\n\n{text}\n\n{SUMMARY_END}"
 
 
 def _first_text(msg: Message) -> str | None:

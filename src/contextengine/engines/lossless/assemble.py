@@ -175,6 +175,7 @@ def fresh_tail(
     tail_tokens: int,
     reach_back_tokens: int,
     groups: Sequence[Group] | None = None,
+    min_user_messages: int = 1,
 ) -> TailSplit:
     """Where the fresh tail starts.
 
@@ -184,7 +185,9 @@ def fresh_tail(
     ``reach_back_tokens``; when that span is larger (a long tool loop after
     one request), the user message is *pinned* instead: kept raw in place
     while the messages between it and the tail may be summarised, so the
-    user's request is never paraphrased away.
+    user's request is never paraphrased away. With ``min_user_messages`` above
+    1 the tail reaches back to the oldest of that many latest user messages
+    whose span fits ``reach_back_tokens`` (0 turns the guarantee off).
     """
     groups = list(groups) if groups is not None else group_bounds(items)
     if not groups:
@@ -199,22 +202,24 @@ def fresh_tail(
             break
         used += cost
         tail_start = group.start
-    latest_user = next(
-        (
-            index
-            for index in range(len(items) - 1, -1, -1)
-            if items[index].kind == "message" and items[index].role == "user"
-        ),
-        None,
-    )
-    if latest_user is None or latest_user >= tail_start:
+    users: list[int] = []
+    if min_user_messages > 0:
+        for index in range(len(items) - 1, -1, -1):
+            if items[index].kind == "message" and items[index].role == "user":
+                users.append(index)
+                if len(users) >= min_user_messages:
+                    break
+    for candidate in reversed(users):  # the oldest first: the most turns that fit
+        if candidate >= tail_start:
+            break
+        span = items[candidate:]
+        if all(item.kind == "message" for item in span) and (
+            sum(item.tokens for item in span) <= reach_back_tokens
+        ):
+            return TailSplit(candidate, None)
+    if not users or users[0] >= tail_start:
         return TailSplit(tail_start, None)
-    span = items[latest_user:]
-    if all(item.kind == "message" for item in span) and (
-        sum(item.tokens for item in span) <= reach_back_tokens
-    ):
-        return TailSplit(latest_user, None)
-    return TailSplit(tail_start, latest_user)
+    return TailSplit(tail_start, users[0])
 
 
 def _render(

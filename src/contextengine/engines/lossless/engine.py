@@ -42,7 +42,7 @@ from typing import Any
 
 from contextengine.commands import ChatCommand
 from contextengine.compaction_plan import CompressionPlan, keep_last_cut
-from contextengine.engine import ContextEngine, sanitize_memory_context
+from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
 from contextengine.engines.lossless.assemble import (
     REFERENCE_CLOSE,
     REFERENCE_OPEN,
@@ -128,6 +128,10 @@ class LosslessEngine(ContextEngine):
     ``redact_at_rest`` opens the store with secrets redacted before they are
     stored (a store passed as an object keeps its own setting): the view then
     shows ``[REDACTED]`` for them too, and they cannot be recovered.
+    ``min_tail_user_messages`` (1) user messages are always in the fresh
+    tail, as for the compressor; ``max_threshold_tokens`` and
+    ``reserved_output_tokens`` shape the threshold as for the compressor
+    (:func:`~contextengine.engine.compaction_threshold`).
     """
 
     def __init__(
@@ -151,8 +155,17 @@ class LosslessEngine(ContextEngine):
         summary_tokens: int | None = None,
         max_summary_wait_s: float = DEFAULT_MAX_WAIT_S,
         redact_at_rest: bool = False,
+        max_threshold_tokens: int | None = None,
+        reserved_output_tokens: int = 0,
+        min_tail_user_messages: int = 1,
     ) -> None:
+        if min_tail_user_messages < 0:
+            raise ValueError(f"min_tail_user_messages must be >= 0, got {min_tail_user_messages}")
+        #: User messages the fresh tail always holds raw, their turns with them.
+        self.min_tail_user_messages = min_tail_user_messages
         self.threshold_percent = threshold_percent
+        self.max_threshold_tokens = max_threshold_tokens
+        self.reserved_output_tokens = max(0, int(reserved_output_tokens))
         self.model_thresholds = {}
         self._owns_store = not isinstance(store, Store) or isinstance(store, str | os.PathLike)
         options = {"redact_at_rest": True} if redact_at_rest else {}
@@ -182,6 +195,10 @@ class LosslessEngine(ContextEngine):
         self.failure_policy = FailurePolicy(max_wait_s=max_summary_wait_s, clock=clock)
         #: What the last compaction did (summaries written, fallback, why it stopped).
         self.last_compression: CompactionOutcome | None = None
+        # One compaction at a time, for hosts that call from several threads.
+        self._gate = CompactionGate()
+        # The conversation left at the last reset, for carry_over_new_session_context.
+        self._previous_conversation_id: str | None = None
         self._reset_conversation_state()
         self.update_model(model, context_length)
 
@@ -232,6 +249,8 @@ class LosslessEngine(ContextEngine):
 
     def _reset_conversation_state(self) -> None:
         self._conversation_id: str | None = None
+        # The lineage of the open conversation as the tools see it (read on first use).
+        self._lineage: tuple[str, ...] | None = None
         self._context = ActiveContext()
         self._view = IncrementalView()
         self._system: Message | None = None
@@ -441,7 +460,23 @@ class LosslessEngine(ContextEngine):
     def _split(self, items: list[ContextItem]) -> TailSplit:
         tail = self.fresh_tail_tokens
         return fresh_tail(
-            items, tail_tokens=tail, reach_back_tokens=max(tail, self.threshold_tokens // 2)
+            items,
+            tail_tokens=tail,
+            reach_back_tokens=max(tail, self.threshold_tokens // 2),
+            min_user_messages=self.min_tail_user_messages,
+        )
+
+    def _forced_split(self, items: list[ContextItem]) -> TailSplit:
+        """The smallest fresh tail: the last group and the latest user turns.
+
+        What a forced compaction (manual, overflow) uses when the normal fresh
+        tail holds every stored message, so that a small chat still compacts.
+        """
+        return fresh_tail(
+            items,
+            tail_tokens=0,
+            reach_back_tokens=self.threshold_tokens // 2,
+            min_user_messages=self.min_tail_user_messages,
         )
 
     def _assemble(self, budget_tokens: int = 0) -> View:
@@ -493,10 +528,15 @@ class LosslessEngine(ContextEngine):
         return lambda items: self._keep_split(items, keep)
 
     def _compressible(
-        self, split_of: Callable[[list[ContextItem]], TailSplit] | None = None
+        self,
+        split_of: Callable[[list[ContextItem]], TailSplit] | None = None,
+        *,
+        forced: bool = False,
     ) -> bool:
         items = self._context.items
-        split = (split_of or self._split)(items)
+        if split_of is None:
+            split_of = self._forced_split if forced else self._split
+        split = split_of(items)
         return any(
             item.kind == "message" and index < split.tail_start and index != split.pinned
             for index, item in enumerate(items)
@@ -594,9 +634,12 @@ class LosslessEngine(ContextEngine):
     def has_content_to_compress(
         self, messages: list[Message], *, keep_last: int | None = None
     ) -> bool:
-        """False when every stored message is in the fresh tail (or the last
-        ``keep_last``): compress would do nothing."""
+        """False when every stored message is in the smallest fresh tail (or
+        the last ``keep_last``): compress would do nothing. Asked before a
+        manual compress, which is forced."""
         self._ingest(messages)
+        if keep_last is None:
+            return self._compressible(forced=True)
         return self._compressible(self._split_for(messages, keep_last))
 
     def plan_compression(
@@ -685,7 +728,24 @@ class LosslessEngine(ContextEngine):
         last ``keep_last`` messages of ``messages`` (moved back to a tool
         call's start when the cut falls on its results; nothing pinned), and
         every raw message before them is summarised.
+
+        One call at a time per engine
+        (:class:`~contextengine.CompactionGate`): a second thread waits, and
+        gets the first one's view when it passed the same list.
         """
+        return self._gate.run(
+            messages,
+            lambda: self._compress_once(messages, focus_topic, force, memory_context, keep_last),
+        )
+
+    def _compress_once(
+        self,
+        messages: list[Message],
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+        keep_last: int | None,
+    ) -> list[Message]:
         self._ingest(messages)
         split_of = self._split_for(messages, keep_last)
         if force:
@@ -716,12 +776,14 @@ class LosslessEngine(ContextEngine):
             with guard:
                 if callable(lock):
                     self._load_context()
+                # A forced compaction of a chat that fits the fresh tail shrinks the tail.
+                shrink = force and keep_last is None and not self._compressible()
                 try:
                     outcome = run_compaction(
                         store=self._store,
                         conversation_id=self._conversation_id,
                         items=self._context.items,
-                        split_of=split_of,
+                        split_of=self._forced_split if shrink else split_of,
                         summarizer=self.summary_chain,
                         settings=settings,
                     )
@@ -757,8 +819,42 @@ class LosslessEngine(ContextEngine):
         self._store.sync()
 
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
-        """Open or resume the conversation stored under ``session_id``."""
+        """Open or resume the conversation stored under ``session_id``.
+
+        With ``boundary_reason="compression"`` (the host gave the conversation
+        a new id after a compaction) the open conversation simply goes on: the
+        new id becomes another key of it in the store, so resuming either id
+        later opens it.
+        """
+        if kwargs.get("boundary_reason") == "compression" and self._conversation_id is not None:
+            alias = getattr(self._store, "alias_session", None)
+            if callable(alias):
+                alias(session_id, self._conversation_id)
+            self._default_session_key = session_id
+            return
         self._open(session_id)
+
+    def carry_over_new_session_context(
+        self, old_session_id: str, new_session_id: str, messages: list[Message] | None = None
+    ) -> None:
+        """Link the conversation just started to the one the user left (its lineage).
+
+        Called by the host on a reset. The model's ``lcm_grep`` then searches
+        the old conversation after the new one, and ``lcm_describe`` /
+        ``lcm_expand`` reopen its ids; nothing is copied, and the old
+        conversation is never shown in the view. The link goes one way, to the
+        conversations this one continues, and never to any other
+        conversation. The old history is already stored (``on_session_end``),
+        so ``messages`` is not needed.
+        """
+        parent = self._previous_conversation_id
+        link = getattr(self._store, "link_conversations", None)
+        if parent is None or not callable(link):
+            return
+        conversation_id = self._ensure_conversation()
+        if conversation_id != parent:
+            link(conversation_id, parent, reason="reset")
+        self._lineage = None
 
     def on_session_end(self, session_id: str, messages: list[Message]) -> None:
         """Store what is left of the session; the archive keeps it for later resumption."""
@@ -777,18 +873,26 @@ class LosslessEngine(ContextEngine):
         """Adopt a model and its context length; another model clears the failure policy.
 
         Called at construction and by the host on every model switch. The
-        view is rebuilt on the next request (token counts are per model).
+        view is rebuilt on the next request (token counts are per model), and
+        the provider overhead learned from real usage is forgotten with it.
         """
         if model != self.model:
             self.failure_policy.reset()
+            self._overhead = 0
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         self._view.invalidate()
 
     def on_session_reset(self) -> None:
-        """Forget the token state and the open conversation; the next hook opens a new one."""
+        """Forget the token state and the open conversation; the next hook opens a new one.
+
+        The conversation left is remembered for
+        :meth:`carry_over_new_session_context`.
+        """
         super().on_session_reset()
+        previous = self._conversation_id
         self._default_session_key = None
         self._reset_conversation_state()
+        self._previous_conversation_id = previous
 
     # ------------------------------------------------------------------ tools
 
@@ -824,8 +928,17 @@ class LosslessEngine(ContextEngine):
             conversation_id=conversation_id,
             in_view=self._context.__contains__,
             large_content_of=self._large.get,
+            lineage=self._tool_lineage(conversation_id),
         )
         return call_tool(name, args, context)
+
+    def _tool_lineage(self, conversation_id: str) -> tuple[str, ...]:
+        """The open conversation and the ones it continues (a store without links: itself)."""
+        if self._lineage is None or self._lineage[:1] != (conversation_id,):
+            lineage = getattr(self._store, "conversation_lineage", None)
+            found = lineage(conversation_id) if callable(lineage) else [conversation_id]
+            self._lineage = tuple(str(c) for c in found) or (conversation_id,)
+        return self._lineage
 
     # ------------------------------------------------------------------ status
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from contextengine.engines.lossless.large_content import digest
-from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
+from contextengine.store.protocol import SearchHit, Store, StoredMessage, SummaryRecord
 from contextengine.summary_prompt import content_text
 
 __all__ = [
@@ -68,16 +68,25 @@ class Param:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
-    """What a tool may see: one conversation of one store.
+    """What a tool may see: one conversation of one store, and the ones it continues.
 
     ``in_view`` tells whether an item is in the active context;
     ``large_content_of`` gives the large-content id of a message, if any.
+    ``lineage`` is ``conversation_id`` and the earlier conversations it
+    continues (the store's ``conversation_lineage``, nearest first): search
+    reaches them after the current one, and their ids can be reopened. It
+    never holds any other conversation; empty means the current one alone.
     """
 
     store: Store
     conversation_id: str
     in_view: Callable[[str], bool] = lambda _id: False
     large_content_of: Callable[[str], str | None] = lambda _id: None
+    lineage: tuple[str, ...] = ()
+
+    def earlier(self) -> tuple[str, ...]:
+        """The earlier conversations of the lineage, nearest first."""
+        return tuple(c for c in self.lineage if c != self.conversation_id)
 
 
 class _ArgumentError(Exception):
@@ -253,6 +262,27 @@ def _find_summary(ctx: ToolContext, item_id: str) -> SummaryRecord | None:
     return ctx.store.get_summary(ctx.conversation_id, item_id)
 
 
+def _holds(ctx: ToolContext, conversation_id: str, item_id: str) -> bool:
+    store = ctx.store
+    return (
+        store.get_summary(conversation_id, item_id) is not None
+        or store.get_message(conversation_id, item_id) is not None
+        or store.get_large_content(conversation_id, item_id) is not None
+    )
+
+
+def _scope_for(ctx: ToolContext, item_id: str) -> ToolContext:
+    """The context to reopen ``item_id`` in: the current conversation's, or the
+    earlier one of the lineage that holds it (nothing there is in view)."""
+    earlier = ctx.earlier()
+    if not earlier or _holds(ctx, ctx.conversation_id, item_id):
+        return ctx
+    for conversation_id in earlier:
+        if _holds(ctx, conversation_id, item_id):
+            return ToolContext(store=ctx.store, conversation_id=conversation_id)
+    return ctx
+
+
 def _unknown(item_id: str) -> dict[str, Any]:
     return {
         "error": f"unknown id {item_id!r}: no message, summary or large content with this "
@@ -322,7 +352,9 @@ def lcm_grep(
 
     Returns results with the id, kind, seq, role, a snippet of the match and
     summary_id (the summary that now stands for it, or null while it is still
-    in view). Reopen any id with lcm_expand.
+    in view). Reopen any id with lcm_expand. When this session continues
+    earlier ones, they are searched after it and their results say
+    earlier_session.
     """
     if not query.strip():
         return {"error": "query must not be empty"}
@@ -331,21 +363,61 @@ def lcm_grep(
             re.compile(query)
         except re.error as exc:
             return {"error": f"invalid regular expression: {exc}"}
-    page = ctx.store.search(
-        ctx.conversation_id, query, mode=mode, scope=scope, limit=limit, cursor=cursor
-    )
-    results = [
-        {
-            "id": hit.id,
-            "kind": hit.kind,
-            "seq": hit.seq,
-            "role": hit.role,
-            "snippet": _bounded(hit.snippet, MAX_SNIPPET_CHARS),
-            "summary_id": hit.summary_id,
+    lineage = (ctx.conversation_id, *ctx.earlier())
+    if len(lineage) == 1:
+        page = ctx.store.search(
+            ctx.conversation_id, query, mode=mode, scope=scope, limit=limit, cursor=cursor
+        )
+        return {
+            "results": [_hit(hit) for hit in page.results[:limit]],
+            "next_cursor": page.next_cursor,
         }
-        for hit in page.results[:limit]
-    ]
-    return {"results": results, "next_cursor": page.next_cursor}
+    return _grep_lineage(ctx, lineage, query, mode, scope, limit, cursor)
+
+
+def _hit(hit: SearchHit, *, earlier: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "id": hit.id,
+        "kind": hit.kind,
+        "seq": hit.seq,
+        "role": hit.role,
+        "snippet": _bounded(hit.snippet, MAX_SNIPPET_CHARS),
+        "summary_id": hit.summary_id,
+    }
+    if earlier:
+        result["earlier_session"] = True
+    return result
+
+
+def _grep_lineage(
+    ctx: ToolContext,
+    lineage: tuple[str, ...],
+    query: str,
+    mode: Literal["text", "regex"],
+    scope: Literal["messages", "summaries", "all"],
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Search the current conversation, then each earlier one of its lineage in turn.
+
+    The cursor says where to go on: ``L<index>:<the store's cursor>``.
+    """
+    index, inner = 0, cursor
+    if cursor:
+        head, sep, rest = cursor.partition(":")
+        if not (sep and head.startswith("L") and head[1:].isdigit()):
+            return {"error": "invalid cursor: pass next_cursor of the previous page"}
+        index, inner = int(head[1:]), rest or None
+    results: list[dict[str, Any]] = []
+    while index < len(lineage) and len(results) < limit:
+        page = ctx.store.search(
+            lineage[index], query, mode=mode, scope=scope, limit=limit - len(results), cursor=inner
+        )
+        results.extend(_hit(hit, earlier=index > 0) for hit in page.results[: limit - len(results)])
+        if page.next_cursor:
+            return {"results": results, "next_cursor": f"L{index}:{page.next_cursor}"}
+        index, inner = index + 1, None
+    return {"results": results, "next_cursor": f"L{index}:" if index < len(lineage) else None}
 
 
 @tool(id=Param("A message id, a summary id (sum_…) or a large-content id."))
@@ -356,6 +428,7 @@ def lcm_describe(ctx: ToolContext, id: str) -> dict[str, Any]:  # "id" is the na
     and parent summary. For a message: role, seq, time, tokens and the summary
     that covers it.
     """
+    ctx = _scope_for(ctx, id)
     record = _find_summary(ctx, id)
     if record is not None:
         return {
@@ -413,6 +486,7 @@ def lcm_expand(
 
     Long results are paginated: call again with next_offset until it is null.
     """
+    ctx = _scope_for(ctx, id)
     record = _find_summary(ctx, id)
     if record is not None:
         return _expand_summary(ctx, record, offset, limit)
