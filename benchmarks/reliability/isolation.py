@@ -1000,9 +1000,9 @@ def attack_store(store: Store, kind: str, *, quick: bool) -> StoreReport:
         victim_missed = owner_finds_everything(world.victim)
         v = world.victim
         setup = (
-            f"victim: {len(v.message_ids)} messages, {len(v.summary_ids)} summaries, "
-            f"{len(v.large_ids)} large contents, {len(v.canaries)} canaries "
-            f"({len(v.summarised)} of them also in summaries)"
+            f"the victim holds {len(v.canaries)} canaries in {len(v.message_ids)} messages"
+            f" (large contents: {len(v.large_ids)}), {len(v.summarised)} of them also in its"
+            f" summaries ({len(v.summary_ids)})"
         )
         return StoreReport(kind, outcomes, setup, victim_missed, attacker_missed)
     finally:
