@@ -502,6 +502,12 @@ def test_tools_are_routed_and_errors_become_json() -> None:
     assert "no such page" in json.loads(host.handle_tool_call("fail", {}))["error"]
     assert "Unknown" in json.loads(host.handle_tool_call("missing", {}))["error"]
     assert "not valid JSON" in json.loads(host.handle_tool_call("echo", "{oops"))["error"]
+    # Arguments that are JSON but not an object are refused in the host's words,
+    # not in Python's ("'int' object is not iterable").
+    for raw in ("1", "[1, 2]", '[["a", 1]]', '"text"', [["a", 1]], 7):
+        error = json.loads(host.handle_tool_call("echo", raw))["error"]
+        assert error.startswith("arguments must be a JSON object, got "), error
+    assert json.loads(host.handle_tool_call("echo", "null")) == {"echo": {}}
 
 
 # ---------------------------------------------------------------------- overflow

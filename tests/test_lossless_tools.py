@@ -337,3 +337,32 @@ def test_nothing_of_another_conversation_is_reachable() -> None:
     alice.close()
     bob.close()
     store.close()
+
+
+# ---------------------------------------------------------------- bounds of errors
+
+
+def test_errors_quote_a_huge_argument_only_in_part(engine: LosslessEngine) -> None:
+    # Found by benchmarks/reliability/isolation.py: a 1 MB id came back whole
+    # in "unknown id ...", a 1 MB regex made the check recurse past Python's limit.
+    huge = "x" * 1_000_000
+    for name, args in [
+        ("lcm_expand", {"id": huge}),
+        ("lcm_describe", {"id": huge}),
+        ("lcm_expand", {"id": "a", "offset": huge}),
+        ("lcm_grep", {"query": "orchard", "mode": huge}),
+        ("lcm_grep", {"query": "orchard", huge: 1}),
+        (huge, {}),
+    ]:
+        result = (
+            call(engine, name, **args)
+            if name in TOOLS
+            else json.loads(engine.handle_tool_call(name, args))
+        )
+        assert len(result["error"]) < 400
+    nested = "NEAR( OR * " * 100_000
+    result = call(engine, "lcm_grep", query=nested, mode="regex")
+    assert result["error"] == "regular expression too long (over 1000 characters)"
+    assert (
+        "invalid regular expression" in call(engine, "lcm_grep", query="(", mode="regex")["error"]
+    )

@@ -79,6 +79,12 @@ def test_messages_round_trip_verbatim_in_seq_order(store: Store) -> None:
     assert store.message_count(cid) == len(msgs)
     assert store.get_message(cid, stored[3].id) == got[3]
     assert [m.seq for m in store.get_messages(cid, 2, 4)] == [2, 3]
+    # Any integer bounds (found by benchmarks/reliability/isolation.py: SQLite
+    # raised OverflowError past 64 bits).
+    every = list(range(len(msgs)))
+    assert [m.seq for m in store.get_messages(cid, -(2**70), 2**70)] == every
+    assert [m.seq for m in store.get_messages(cid, 2**63)] == []
+    assert [m.seq for m in store.get_messages(cid, 0, -5)] == []
 
 
 @pytest.mark.parametrize(

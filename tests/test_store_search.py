@@ -10,7 +10,14 @@ import pytest
 
 from contextengine.errors import StoreError
 from contextengine.store import ContextRef, NewSummary, Store
-from contextengine.store.search import MAX_LIMIT, fts5_match, parse_query
+from contextengine.store.search import (
+    MAX_LIMIT,
+    MAX_PHRASE_WORDS,
+    MAX_QUERY_PHRASES,
+    MAX_QUERY_TERMS,
+    fts5_match,
+    parse_query,
+)
 from store_factories import STORE_FACTORIES, FakeClock, StoreFactory
 
 TEXTS = [
@@ -324,3 +331,21 @@ def test_a_common_word_probes_the_newest_rows_of_the_conversation(every: int) ->
             index = SQLiteTextIndex(db, mine, token, parse_query("common"), "all")
             seqs = [index.position(k) for k in index.probe("common", 50)]
         assert seqs == holding[-50:][::-1]
+
+
+def test_a_huge_query_keeps_a_bounded_number_of_terms_and_phrases() -> None:
+    # Found by benchmarks/reliability/isolation.py: a pasted 100 kB query of
+    # distinct words took seconds on SQLite and minutes on PostgreSQL (one probe
+    # per term, and a quadratic de-duplication).
+    words = [f"w{i}" for i in range(20_000)]
+    parsed = parse_query(" ".join(words) + " " + " ".join(f'"{w} {w}"' for w in words))
+    assert parsed.terms == tuple(words[:MAX_QUERY_TERMS])
+    assert len(parsed.phrases) == MAX_QUERY_PHRASES
+    long_phrase = parse_query('"' + " ".join(words) + '"').phrases[0]
+    assert long_phrase == tuple(words[:MAX_PHRASE_WORDS])
+    assert parse_query("deploy* w1*").prefixes == {"deploy", "w1"}
+
+
+def test_a_huge_query_still_finds_its_first_words(store: Store, conv: str) -> None:
+    hits = store.search(conv, "hunter2 " + " ".join(f"w{i}" for i in range(20_000))).results
+    assert [h.seq for h in hits] == [5]

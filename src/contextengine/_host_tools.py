@@ -10,6 +10,7 @@ arguments that are not JSON, and an engine that fails, come back as a JSON
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from contextengine._host_state import Message, Op, _describe, _hook, _HostState
@@ -78,6 +79,12 @@ class _ToolRouting(_HostState):
                 args = json.loads(args) if args.strip() else {}
             except json.JSONDecodeError as exc:
                 return json.dumps({"error": f"arguments are not valid JSON: {exc}"})
+        if args is not None and not isinstance(args, Mapping):
+            # dict() of a list or a number failed with Python's own words
+            # ("'int' object is not iterable"), which tell the model nothing.
+            return json.dumps(
+                {"error": f"arguments must be a JSON object, got {type(args).__name__}"}
+            )
         kwargs: dict[str, Any] = {}
         if messages is not None:
             kwargs["messages"] = messages

@@ -619,11 +619,14 @@ class StoreBase(abc.ABC):
         self, conversation_id: str, seq_start: int = 0, seq_end: int | None = None
     ) -> list[StoredMessage]:
         """Messages with ``seq_start <= seq < seq_end`` in order."""
-        end = seq_end if seq_end is not None else 2**62
+        # Seqs are positions, far below 2**62: bounds beyond that are clamped, since
+        # SQLite refuses integers past 64 bits (OverflowError) where PostgreSQL compares.
+        start = min(max(seq_start, 0), 2**62)
+        end = min(max(seq_end, 0), 2**62) if seq_end is not None else 2**62
         rows = self._select(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?"
             " AND seq >= ? AND seq < ? ORDER BY seq",
-            (conversation_id, seq_start, end),
+            (conversation_id, start, end),
         )
         return [stored_message(r) for r in rows]
 

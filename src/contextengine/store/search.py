@@ -44,6 +44,9 @@ __all__ = [
     "HIGHLIGHT_OPEN",
     "MAX_LIMIT",
     "MAX_OFFSET",
+    "MAX_PHRASE_WORDS",
+    "MAX_QUERY_PHRASES",
+    "MAX_QUERY_TERMS",
     "REGEX_MAX_ROWS",
     "REGEX_ROW_CHARS",
     "STOP_WORDS",
@@ -73,6 +76,12 @@ REGEX_MAX_ROWS = 20_000
 REGEX_ROW_CHARS = 100_000
 #: Timeout of one regex match over one row, in seconds.
 REGEX_ROW_TIMEOUT_S = 0.25
+#: Most distinct terms of a text query searched (the first ones); each costs one index probe.
+MAX_QUERY_TERMS = 32
+#: Most quoted phrases of a text query kept (the first ones).
+MAX_QUERY_PHRASES = 8
+#: Most words of one quoted phrase kept (its first ones).
+MAX_PHRASE_WORDS = 32
 #: Number of BM25 candidates the rerank (:mod:`contextengine.store.ranking`) reorders.
 RERANK_WINDOW = 100
 #: Characters of context on each side of a match in a snippet.
@@ -116,23 +125,27 @@ def parse_query(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> Parsed
 
     A double quote without its partner is ignored. Stop words are kept only
     when the query has nothing else (a search for "the who" still finds
-    something). Duplicate terms are dropped, first occurrence wins.
+    something). Duplicate terms are dropped, first occurrence wins. At most
+    :data:`MAX_QUERY_TERMS` terms, :data:`MAX_QUERY_PHRASES` phrases and
+    :data:`MAX_PHRASE_WORDS` words of a phrase are kept, the first ones: every
+    term costs one index probe, and a model that pastes a whole log as its
+    query must get an answer in bounded time.
     """
     phrases: list[tuple[str, ...]] = []
     for raw in _PHRASE.findall(text):
-        words = tuple(w.lower() for w in _TOKEN.findall(raw))
+        words = tuple(w.lower() for w in _TOKEN.findall(raw))[:MAX_PHRASE_WORDS]
         if words and words not in phrases:
             phrases.append(words)
+            if len(phrases) == MAX_QUERY_PHRASES:
+                break
     rest = _PHRASE.sub(" ", text)
     raw_words = [w.lower() for w in _WORD.findall(rest)]
     prefixes = frozenset(w[:-1] for w in raw_words if w.endswith("*") and len(w) > 1)
     bare = [w.rstrip("*") for w in raw_words if w.rstrip("*")]
     kept = [w for w in bare if w not in stop_words] or ([] if phrases else bare)
-    terms: list[str] = []
-    for word in kept:
-        if word not in terms:
-            terms.append(word)
-    return ParsedQuery(phrases=tuple(phrases), terms=tuple(terms), prefixes=prefixes)
+    # dict.fromkeys: first occurrence wins, in linear time (a list scan was quadratic).
+    terms = tuple(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
+    return ParsedQuery(phrases=tuple(phrases), terms=terms, prefixes=prefixes.intersection(terms))
 
 
 def quote(word: str) -> str:

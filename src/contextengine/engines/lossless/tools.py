@@ -32,7 +32,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from contextengine.engines.lossless.large_content import digest
+from contextengine.errors import StoreError
 from contextengine.store.protocol import SearchHit, Store, StoredMessage, SummaryRecord
+from contextengine.store.search import compile_regex
 from contextengine.summary_prompt import content_text
 
 __all__ = [
@@ -93,6 +95,16 @@ class _ArgumentError(Exception):
     """Internal: a bad tool argument, reported to the model as a JSON error."""
 
 
+#: Most characters of a model's value quoted back in an error.
+MAX_ECHO_CHARS = 100
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut: a 1 MB argument must not come back whole."""
+    text = repr(value)
+    return text if len(text) <= MAX_ECHO_CHARS else text[: MAX_ECHO_CHARS - 1] + "…"
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Arg:
     name: str
@@ -147,10 +159,11 @@ class ToolDef:
     def bind(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Check ``raw`` arguments against the signature; fill defaults; cap maxima."""
         known = {arg.name for arg in self.args}
-        unknown = sorted(set(raw) - known)
+        unknown = sorted(str(key) for key in set(raw) - known)
         if unknown:
             raise _ArgumentError(
-                f"unknown argument(s) {', '.join(unknown)} for {self.name}; "
+                f"unknown argument(s) {_bounded(', '.join(unknown), MAX_ECHO_CHARS)} for "
+                f"{self.name}; "
                 f"expected: {', '.join(arg.name for arg in self.args)}"
             )
         bound: dict[str, Any] = {}
@@ -166,7 +179,7 @@ class ToolDef:
                 if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
                     value = int(value)
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise _ArgumentError(f"{arg.name} must be an integer, got {value!r}")
+                    raise _ArgumentError(f"{arg.name} must be an integer, got {_shown(value)}")
                 if arg.param.minimum is not None and value < arg.param.minimum:
                     raise _ArgumentError(f"{arg.name} must be >= {arg.param.minimum}")
                 if arg.param.maximum is not None:
@@ -175,7 +188,7 @@ class ToolDef:
                 raise _ArgumentError(f"{arg.name} must be a string, got {type(value).__name__}")
             if arg.choices and value not in arg.choices:
                 raise _ArgumentError(
-                    f"{arg.name} must be one of {', '.join(arg.choices)}, got {value!r}"
+                    f"{arg.name} must be one of {', '.join(arg.choices)}, got {_shown(value)}"
                 )
             bound[arg.name] = value
         return bound
@@ -285,8 +298,8 @@ def _scope_for(ctx: ToolContext, item_id: str) -> ToolContext:
 
 def _unknown(item_id: str) -> dict[str, Any]:
     return {
-        "error": f"unknown id {item_id!r}: no message, summary or large content with this "
-        "id in this conversation"
+        "error": f"unknown id {_shown(item_id)}: no message, summary or large content with "
+        "this id in this conversation"
     }
 
 
@@ -359,10 +372,12 @@ def lcm_grep(
     if not query.strip():
         return {"error": "query must not be empty"}
     if mode == "regex":
+        # The stores' own check: bounded length first (a huge pattern made
+        # ``re.compile`` recurse past Python's limit), then the engine they match with.
         try:
-            re.compile(query)
-        except re.error as exc:
-            return {"error": f"invalid regular expression: {exc}"}
+            compile_regex(query)
+        except StoreError as exc:
+            return {"error": str(exc)}
     lineage = (ctx.conversation_id, *ctx.earlier())
     if len(lineage) == 1:
         page = ctx.store.search(
@@ -571,9 +586,9 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 def call_tool(name: str, args: dict[str, Any] | str | None, ctx: ToolContext) -> str:
     """Run one tool and return its JSON result; every failure becomes ``{"error": ...}``."""
-    spec = TOOLS.get(name)
+    spec = TOOLS.get(name) if isinstance(name, str) else None
     if spec is None:
-        return json.dumps({"error": f"Unknown context engine tool: {name}"})
+        return json.dumps({"error": f"Unknown context engine tool: {_bounded(str(name), 100)}"})
     try:
         if isinstance(args, str):
             args = json.loads(args) if args.strip() else {}
