@@ -366,3 +366,22 @@ def test_errors_quote_a_huge_argument_only_in_part(engine: LosslessEngine) -> No
     assert (
         "invalid regular expression" in call(engine, "lcm_grep", query="(", mode="regex")["error"]
     )
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("lcm_expand", {"id": "msg_\x00x"}),
+        ("lcm_describe", {"id": "sum_\x00x"}),
+        ("lcm_grep", {"query": "needle\x00", "mode": "regex"}),
+        ("lcm_grep", {"query": "needle\x00"}),
+    ],
+)
+def test_a_nul_in_any_argument_is_one_clear_error_that_names_no_archive(
+    tool: str, args: dict[str, Any]
+) -> None:
+    engine = LosslessEngine(store=":memory:")
+    engine.on_session_start("nul")
+    engine.compress([{"role": "user", "content": "needle"}], force=True)
+    result = json.loads(engine.handle_tool_call(tool, args))
+    assert result == {"error": f"{next(iter(args))} must not contain NUL (0x00) characters"}

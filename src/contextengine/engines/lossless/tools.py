@@ -186,6 +186,10 @@ class ToolDef:
                     value = min(value, arg.param.maximum)
             elif not isinstance(value, str):
                 raise _ArgumentError(f"{arg.name} must be a string, got {type(value).__name__}")
+            elif "\x00" in value:
+                # No id, query or cursor holds NUL, and PostgreSQL refuses it with an
+                # error naming the archive: one answer for every store.
+                raise _ArgumentError(f"{arg.name} must not contain NUL (0x00) characters")
             if arg.choices and value not in arg.choices:
                 raise _ArgumentError(
                     f"{arg.name} must be one of {', '.join(arg.choices)}, got {_shown(value)}"
