@@ -380,7 +380,7 @@ def test_errors_quote_a_huge_argument_only_in_part(engine: LosslessEngine) -> No
 def test_a_nul_in_any_argument_is_one_clear_error_that_names_no_archive(
     tool: str, args: dict[str, Any]
 ) -> None:
-    engine = LosslessEngine(store=":memory:")
+    engine = LosslessEngine(store=":memory:", context_length=8_000)
     engine.on_session_start("nul")
     engine.compress([{"role": "user", "content": "needle"}], force=True)
     result = json.loads(engine.handle_tool_call(tool, args))
