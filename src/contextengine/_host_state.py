@@ -152,32 +152,38 @@ class _HistoryCopy:
     what it is given (a probe set the system prompt to "HACK") edits a copy,
     never the conversation the agent persists. Like :class:`_Prefix`, the
     known prefix is recognised by identity, so only appended messages are
-    copied; an engine that edits a copy sees its own edit next time, which
-    changes nothing that is persisted or, unless it returns it, sent.
+    copied, and the same list is handed over each time, extended: copying
+    even the list of pointers would make every request grow with the history.
+    An engine that edits a copy, or replaces an item of the list, sees its
+    own edit next time, which changes nothing that is persisted or, unless it
+    returns it, sent; one that adds or removes items gets a fresh list.
     """
 
-    __slots__ = ("_copies", "_tracker")
+    __slots__ = ("_copies", "_length", "_tracker")
 
     def __init__(self) -> None:
         self._tracker = _Prefix()
         self._copies: list[Message] = []
+        #: How long ``_copies`` was when handed over: another length means the engine changed it.
+        self._length = 0
 
     def reset(self) -> None:
         self._tracker.reset()
         self._copies = []
+        self._length = 0
 
     def of(self, messages: Sequence[Message]) -> list[Message]:
-        """A new list of copies of ``messages`` (copying only those not seen before)."""
+        """Copies of ``messages``, in the list handed over last time when it still fits."""
         tracker = self._tracker
         tracker.sync(messages)
-        if tracker.count == 0:
+        if tracker.count == 0 or len(self._copies) != self._length:
+            tracker.reset()
             self._copies = []
         if len(messages) > len(self._copies):
             self._copies.extend(_copy_value(msg) for msg in messages[len(self._copies) :])
         tracker.extend(messages, estimate=False)
-        # One list of pointers per request: the engine may append to its list,
-        # never to the cache.
-        return list(self._copies)
+        self._length = len(self._copies)
+        return self._copies
 
 
 class _HostState:
