@@ -29,12 +29,12 @@ Message = dict[str, Any]
 CONTEXT_LENGTH = 4_000
 
 
-def _registered(name: str) -> Callable[[], ContextEngine]:
+def _registered(name: str, **extra: Any) -> Callable[[], ContextEngine]:
     def make() -> ContextEngine:
         options: dict[str, Any] = {"context_length": CONTEXT_LENGTH, "model": "gpt-4o"}
         if name == "lcm":
             options["store"] = ":memory:"
-        return load_engine(name, strict=True, **options)
+        return load_engine(name, strict=True, **options, **extra)
 
     return make
 
@@ -49,7 +49,11 @@ ENGINES = [
     pytest.param(_registered(info.name), id=info.name)
     for info in available_engines()
     if info.origin == "contextengine"
-] + [pytest.param(_recording, id="recording")]
+] + [
+    # The recoverable compressor: the same contract with its archive on.
+    pytest.param(_registered("compressor", archive=":memory:"), id="compressor-archive"),
+    pytest.param(_recording, id="recording"),
+]
 
 
 @pytest.fixture(params=ENGINES)
@@ -153,6 +157,17 @@ def test_unknown_tool_is_a_json_error(engine: ContextEngine) -> None:
     assert "error" in result
     names = [schema["function"]["name"] for schema in engine.get_tool_schemas()]
     assert "no_such_tool" not in names
+
+
+def test_every_offered_tool_answers_with_a_json_object_after_a_compaction(
+    engine: ContextEngine,
+) -> None:
+    engine.compress(conversation(8), force=True)
+    for schema in engine.get_tool_schemas():
+        function = schema["function"]
+        required = function["parameters"].get("required", [])
+        answer = json.loads(engine.handle_tool_call(function["name"], dict.fromkeys(required, "1")))
+        assert isinstance(answer, dict), function["name"]
 
 
 def test_prune_returns_a_list_and_a_count(engine: ContextEngine) -> None:

@@ -45,6 +45,7 @@ _REPORT_KEYS = (
     "cause",
     "error",
     "engine_message",
+    "warning",
     *_SUMMARY_KEYS,
 )
 
@@ -87,7 +88,8 @@ class _CompactionPolicy(_HostState):
         Read from ``engine.last_compression`` (an object or mapping; see
         :attr:`ContextEngine.last_compression`): ``summarizer_calls``,
         ``fallback_used``, ``cause``, ``error``, ``summary_model``,
-        ``summary_error`` and ``summary_failed_model`` go into the event.
+        ``summary_error`` and ``summary_failed_model`` go into the event;
+        ``warning`` becomes an ``engine_warning`` event of its own.
         """
         report = getattr(self.engine, "last_compression", None)
         if report is None:
@@ -161,6 +163,10 @@ class _CompactionPolicy(_HostState):
                 logger.warning("compress failed in phase %s: %s", phase, error, exc_info=True)
                 break
             report = self._report()
+            if report.get("warning"):
+                # The engine went on after a failure of its own (the compressor's
+                # archive): the compaction is fine, the user should still know.
+                self._warn("engine_warning", str(report["warning"]))
             summarizer_calls += int(report.get("summarizer_calls", 0) or 0)
             fallback_used = fallback_used or bool(report.get("fallback_used", False))
             if report.get("cause") and cause is None:

@@ -112,7 +112,9 @@ class ContextEngine(ABC):
     #: stays this far below the context length.
     reserved_output_tokens: int = 0
     #: Optional report of the last compress call, read by hosts for their events:
-    #: any object or mapping with ``summarizer_calls`` and ``fallback_used``.
+    #: any object or mapping with ``summarizer_calls`` and ``fallback_used``;
+    #: a ``warning`` there (the engine went on after a failure of its own)
+    #: becomes an ``engine_warning`` :class:`~contextengine.HostEvent`.
     last_compression: Any = None
     #: Set by :meth:`select_context` when the view it returned starts with the
     #: previous view it returned: how many leading messages are those, unchanged

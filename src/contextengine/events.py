@@ -103,7 +103,8 @@ class HostEvent:
 
     ``kind`` is a stable identifier observers can filter on, for example
     ``"select_context_failed"``, ``"hook_failed"``, ``"engine_fallback"``,
-    ``"compaction_blocked"`` or ``"observer_failed"``.
+    ``"compaction_blocked"``, ``"observer_failed"`` or ``"engine_warning"``
+    (an engine went on after a failure of its own, e.g. the compressor's archive).
     """
 
     kind: str

@@ -43,6 +43,7 @@ __all__ = [
     "StoredMessage",
     "SummaryRecord",
     "default_store_path",
+    "open_engine_store",
     "open_store",
 ]
 
@@ -103,3 +104,19 @@ def open_store(
         raise StoreError(f"unsupported store URL {text!r}; use a path, sqlite:/// or postgresql://")
     path = Path(text).expanduser() if text != ":memory:" else text
     return SQLiteStore(path, read_only=read_only, **options)
+
+
+def open_engine_store(
+    spec: str | os.PathLike[str] | Store | None, *, redact_at_rest: bool = False
+) -> tuple[Store, bool]:
+    """The archive an engine's setting names, and whether the engine owns it (closes it).
+
+    Shared by lcm's ``store=`` and the compressor's ``archive=``, so both
+    accept the same values: a path, ``":memory:"``, a URL, a ``Store`` object
+    (kept as is, with its own ``redact_at_rest`` setting, and not owned) or
+    None for the default archive file (:func:`default_store_path`).
+    """
+    owns = not isinstance(spec, Store) or isinstance(spec, str | os.PathLike)
+    options = {"redact_at_rest": True} if redact_at_rest else {}
+    store = open_store(spec if spec is not None else default_store_path(), **options)
+    return store, owns

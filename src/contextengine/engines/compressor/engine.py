@@ -39,6 +39,9 @@ word (:attr:`CompressionReport.cause`) and in the provider's (``error``).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +50,12 @@ from typing import Any
 from contextengine.anchors import message_anchors
 from contextengine.compaction_plan import CompressionPlan
 from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
+from contextengine.engines.compressor.archive import (
+    ArchiveError,
+    CompressorArchive,
+    PlannedSummary,
+    default_archive_path,
+)
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
@@ -72,6 +81,7 @@ from contextengine.failure_policy import (
 )
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.redact import redact
+from contextengine.store.protocol import Store
 from contextengine.summary_chain import OFFLINE_SUMMARY_MODEL, SummaryChain
 from contextengine.summary_prompt import bound_text, content_text, render_summary_prompt
 from contextengine.summary_request import Summarizer, SummaryRequest
@@ -91,6 +101,7 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+logger = logging.getLogger("contextengine.compressor")
 
 #: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
 MIN_PRUNE_RECLAIM_TOKENS = 4_096
@@ -144,6 +155,11 @@ class CompressionReport:
     summary_error: str | None = None
     #: The models that failed, comma-separated, else None.
     summary_failed_model: str | None = None
+    #: The archive summary standing for what was summarised (``lcm_expand`` it), else None.
+    summary_id: str | None = None
+    #: Why the archive stopped working (the compressor goes on without it), else None.
+    #: The host turns it into an ``archive_failed`` warning event.
+    warning: str | None = None
 
 
 class ContextCompressor(ContextEngine):
@@ -174,6 +190,18 @@ class ContextCompressor(ContextEngine):
     ``reserved_output_tokens`` keeps room for the reply (the host updates it
     from each request's ``max_tokens``); see
     :func:`~contextengine.engine.compaction_threshold` for the whole rule.
+
+    ``archive`` makes compaction recoverable (:mod:`.archive`): a path,
+    ``":memory:"``, a URL or a :class:`~contextengine.store.Store` (lcm's
+    ``store=`` values), or True for the default archive file when its data
+    directory is writable. Everything the compressor summarises or prunes is
+    then stored verbatim there first, its summaries and descriptors name the
+    ids that reopen it, and it offers ``lcm_grep`` / ``lcm_describe`` /
+    ``lcm_expand``. None or False (the default for the class itself; ``contextengine
+    chat`` turns it on): no archive, exactly the behaviour without one.
+    ``redact_at_rest`` stores secrets redacted, as for lcm. An archive that
+    fails is dropped with a warning (:attr:`CompressionReport.warning`): the
+    conversation never breaks for it.
     """
 
     def __init__(
@@ -199,6 +227,8 @@ class ContextCompressor(ContextEngine):
         max_threshold_tokens: int | None = None,
         reserved_output_tokens: int = 0,
         min_tail_user_messages: int = 1,
+        archive: Store | str | os.PathLike[str] | bool | None = None,
+        redact_at_rest: bool = False,
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
@@ -246,6 +276,44 @@ class ContextCompressor(ContextEngine):
         self.summary_token_budget = 0
         self.target_tokens = 0
         self.update_model(model, context_length)
+        # A failure not yet reported in a compaction report (opening the archive).
+        self._archive_warning: str | None = None
+        self._archive: CompressorArchive | None = None
+        self._archive = self._open_archive(archive, redact_at_rest)
+
+    def _open_archive(
+        self, spec: Store | str | os.PathLike[str] | bool | None, redact_at_rest: bool
+    ) -> CompressorArchive | None:
+        if spec is None or spec is False:
+            return None
+        if spec is True:
+            path = default_archive_path()
+            if path is None:
+                return None  # no writable data directory: no archive, as documented
+            spec = path
+        try:
+            return CompressorArchive(
+                spec, redact_at_rest=redact_at_rest, model=lambda: self.model or None
+            )
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            return None
+
+    def _archive_failed(self, exc: Exception) -> None:
+        """Go on without the archive; the next compaction report carries the warning."""
+        warning = f"the compressor's archive failed, going on without it: {exc}"[:400]
+        logger.warning("%s", warning)
+        self._archive_warning = warning
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            # Closing a broken store must not break the turn either.
+            with contextlib.suppress(Exception):
+                archive.close()
+
+    @property
+    def archive(self) -> CompressorArchive | None:
+        """The archive in use, or None (none configured, or it failed)."""
+        return self._archive
 
     @property
     def name(self) -> str:
@@ -483,10 +551,14 @@ class ContextCompressor(ContextEngine):
         self._seen_last = messages[-1] if messages else None
 
     def on_session_reset(self) -> None:
-        """Forget the token state and the history seen by :meth:`on_turn_complete`."""
+        """Forget the token state, the history seen by :meth:`on_turn_complete` and
+        the open archive conversation."""
         super().on_session_reset()
         self._seen_len = 0
         self._seen_last = None
+        if self._archive is not None:
+            # The next compaction opens a new archive conversation (or on_session_start's).
+            self._archive.reset()
 
     # ------------------------------------------------------------------ transforms
 
@@ -538,6 +610,7 @@ class ContextCompressor(ContextEngine):
     ) -> list[Message]:
         started = time.perf_counter()
         report = CompressionReport(messages_before=len(messages))
+        report.warning, self._archive_warning = self._archive_warning, None
         self.last_compression = report
         if force:
             self.failure_policy.clear_thrash()
@@ -586,13 +659,148 @@ class ContextCompressor(ContextEngine):
         reclaimed = self._reclaimed(pruned, tokens, start)
         if reclaimed < MIN_PRUNE_RECLAIM_TOKENS:
             return messages, 0
+        ids = self._archive_ids(messages, None)
+        if ids:
+            # Pruned again, the descriptors now naming their ids (a little longer).
+            pruned = prune_region(messages[start:end], ids=ids[start:end])
+            reclaimed = self._reclaimed(pruned, tokens, start)
+            self._archive_pruned(pruned, ids, start)
         return [*messages[:start], *pruned.kept(), *messages[end:]], reclaimed
 
     def get_status(self) -> dict[str, Any]:
-        """The base status plus the failure policy's: the last cause, when compaction resumes."""
+        """The base status plus the failure policy's: the last cause, when compaction resumes.
+
+        With an archive, ``archive_conversation_id`` names the conversation it writes.
+        """
         status = super().get_status()
         status.update(self.failure_policy.status())
+        if self._archive is not None:
+            status["archive_conversation_id"] = self._archive.conversation_id
         return status
+
+    # ------------------------------------------------------------------ the archive
+
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        """Open (lazily) the archive conversation stored under ``session_id``.
+
+        With ``boundary_reason="compression"`` (the host renamed the same
+        conversation after a compaction) the archive conversation goes on and
+        the new id becomes another key of it, as for lcm. Without an archive:
+        nothing.
+        """
+        if self._archive is None:
+            return
+        if kwargs.get("boundary_reason") == "compression":
+            self._archive_call(lambda archive: archive.alias(session_id))
+        else:
+            self._archive.start(session_id)
+
+    def on_session_end(self, session_id: str, messages: list[Message]) -> None:
+        """Archive what the session still holds, so a later search finds its end too."""
+        if self._archive is not None and messages:
+
+            def store_rest(archive: CompressorArchive) -> None:
+                archive.archive(messages)
+                archive.sync()
+
+            self._archive_call(store_rest)
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """``lcm_grep``, ``lcm_describe``, ``lcm_expand`` over the archive; [] without one."""
+        return CompressorArchive.tool_schemas() if self._archive is not None else []
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        """Run an archive tool (the lossless engine's implementation); always a JSON string.
+
+        Without an archive (none configured, or it failed) every name is an
+        unknown tool, as before.
+        """
+        if self._archive is None:
+            return super().handle_tool_call(name, args, **kwargs)
+        return self._archive.call_tool(name, args)
+
+    def recovery_hint(self, message: Message) -> str | None:
+        """``lcm_expand`` with the archived id of a message the host had to shorten."""
+        if self._archive is None:
+            return None
+        item_id = self._archive.id_of(message)
+        return f'lcm_expand {{"id": "{item_id}"}}' if item_id else None
+
+    def close(self) -> None:
+        """Close the archive when this engine opened it."""
+        if self._archive is not None:
+            self._archive.close()
+
+    def _archive_call(self, action: Callable[[CompressorArchive], Any]) -> bool:
+        """Run ``action`` on the archive; on failure drop the archive (warned). True when it ran."""
+        if self._archive is None:
+            return False
+        try:
+            action(self._archive)
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            return False
+        return True
+
+    def _archive_ids(
+        self, messages: list[Message], report: CompressionReport | None
+    ) -> list[str | None] | None:
+        """Archive ``messages``; their ids, or None without a (working) archive."""
+        archive = self._archive
+        if archive is None:
+            return None
+        try:
+            return archive.archive(messages)
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            if report is not None:
+                report.warning, self._archive_warning = self._archive_warning, None
+            return None
+
+    def _archive_pruned(
+        self, pruned: PruneResult, ids: list[str | None] | None, start: int
+    ) -> None:
+        """Record what pass 1 took out: it left the context, and its rewrites stand for it."""
+        if not ids or self._archive is None:
+            return
+        for index in pruned.changed:
+            item_id = ids[start + index]
+            if item_id is not None:
+                self._archive.alias_rewrite(pruned.messages[index], item_id)
+                self._archive.left.add(item_id)
+
+    def _plan_summary(
+        self, middle: list[Message], body: str, report: CompressionReport
+    ) -> PlannedSummary | None:
+        archive = self._archive
+        if archive is None:
+            return None
+        try:
+            sources = [i for i in archive.archive(middle) if i is not None]
+            if not sources:
+                return None
+            return archive.plan_summary(body, sources, fallback=report.fallback_used)
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            report.warning, self._archive_warning = self._archive_warning, None
+            return None
+
+    def _record_summary(self, planned: PlannedSummary, report: CompressionReport) -> bool:
+        archive = self._archive
+        if archive is None:
+            return False
+        try:
+            record = archive.record_summary(planned)
+            archive.sync()
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            report.warning, self._archive_warning = self._archive_warning, None
+            return False
+        if record.id != planned.id:
+            # A third-party store named it otherwise: the text must name the real id.
+            return False
+        report.summary_id = record.id
+        return True
 
     # ------------------------------------------------------------------ internals
 
@@ -697,6 +905,8 @@ class ContextCompressor(ContextEngine):
             report.messages_after = len(messages)
             if not middle:
                 return self._no_change(self._valid(messages), report, "nothing_to_compress")
+            # Everything is archived before anything leaves the context.
+            ids = self._archive_ids(messages, report)
 
             # Pass 1 runs over the input's own slots, so a previous summary
             # between the head and the middle stays exactly where it is. It is
@@ -715,7 +925,7 @@ class ContextCompressor(ContextEngine):
             else:
                 prunable = estimate_tokens_rough([messages[i] for i in tool_slots])
             if before - prunable <= self.target_tokens:
-                pruned = prune_region(messages[start:end])
+                pruned = prune_region(messages[start:end], ids=ids[start:end] if ids else None)
                 report.pruned_results = pruned.results_pruned
                 report.duplicate_outputs = pruned.duplicates
                 report.shrunk_arguments = pruned.arguments_shrunk
@@ -725,6 +935,7 @@ class ContextCompressor(ContextEngine):
                     if pass1_tokens <= self.target_tokens and keep_last is None:
                         if not _is_valid(pass1):
                             continue
+                        self._archive_pruned(pruned, ids, start)
                         return self._commit(pass1, pass1_tokens, report, "pruned")
 
             # Pass 2: summarise the middle as it was before pass 1.
@@ -741,16 +952,21 @@ class ContextCompressor(ContextEngine):
                 body, failure = self._summarize(request, middle_tokens, force, report)
                 if body is None:
                     return self._abort(self._valid(messages), report, failure)
-            output, after = self._assemble(regions, body)
+            planned = self._plan_summary(middle, body, report)
+            output, after = self._assemble(regions, _with_line(body, planned))
             if not _is_valid(output):
                 continue
             if after >= pass1_tokens:
                 # The summary freed less than pruning alone (a tiny middle):
                 # keep the better of the two, or nothing when neither is smaller.
                 if pass1 is not None and _is_valid(pass1):
+                    self._archive_pruned(pruned, ids, start)
                     return self._commit(pass1, pass1_tokens, report, "pruned")
                 return self._no_change(self._valid(messages), report, "not_smaller")
             report.summarized_messages = len(middle)
+            if planned is not None and not self._record_summary(planned, report):
+                # The summary must not name an id the archive does not hold.
+                output, after = self._assemble(regions, body)
             return self._commit(output, after, report, report.reason or "summarized")
         return self._abort(messages, report, "invalid_input")
 
@@ -944,6 +1160,11 @@ def _latest_requests(regions: Regions) -> str:
             if len(texts) >= AUTOMATIC_FOCUS_MESSAGES:
                 break
     return " / ".join(reversed(texts))
+
+
+def _with_line(body: str, planned: PlannedSummary | None) -> str:
+    """The summary body followed by its archive line (which ids reopen what)."""
+    return f"{body}\n\n{planned.line}" if planned is not None else body
 
 
 def _is_valid(messages: list[Message]) -> bool:

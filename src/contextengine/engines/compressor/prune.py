@@ -179,14 +179,20 @@ def _exit_status(text: str) -> str | None:
 
 
 def describe_tool_output(
-    name: str, arguments: Any, text: str, anchors: Sequence[Anchor] = ()
+    name: str,
+    arguments: Any,
+    text: str,
+    anchors: Sequence[Anchor] = (),
+    archived_id: str | None = None,
 ) -> str:
     """The one-line descriptor that replaces a pruned tool output.
 
     The call and size fit in :data:`PRUNE_MIN_CHARS`; up to
     :data:`DESCRIPTOR_ANCHORS` of the output's exact identifiers (errors and
     paths first) follow, because a pruned output's identifiers are what the
-    agent most often needs again. A descriptor is recognised by its prefix and
+    agent most often needs again. ``archived_id`` (the compressor's archive
+    holds the output) ends it with ``— lcm_expand <id>``, the call that
+    reopens the output verbatim. A descriptor is recognised by its prefix and
     never pruned again.
     """
     lines = text.count("\n") + 1 if text else 0
@@ -200,7 +206,11 @@ def describe_tool_output(
         call = call[: max(8, room - 2)] + "…)"
     kept = _descriptor_anchors(anchors)
     keys = f"; keys: {' | '.join(kept)}" if kept else ""
-    return f"{DESCRIPTOR_PREFIX}{call} → {size}{keys}]"
+    return f"{DESCRIPTOR_PREFIX}{call} → {size}{keys}{_expand_note(archived_id)}]"
+
+
+def _expand_note(archived_id: str | None) -> str:
+    return f" — lcm_expand {archived_id}" if archived_id else ""
 
 
 def _descriptor_anchors(anchors: Sequence[Anchor]) -> list[str]:
@@ -312,13 +322,21 @@ def _without_images(content: Any) -> tuple[Any, int]:
     return (parts, count) if count else (content, 0)
 
 
-def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneResult:
+def prune_region(
+    region: list[Message],
+    *,
+    shrink_args: bool = True,
+    ids: Sequence[str | None] | None = None,
+) -> PruneResult:
     """Pass 1 over ``region``: descriptors, duplicate pointers, shrunk arguments,
     image placeholders, blank user messages dropped.
 
     ``region`` holds whole tool groups (the engine cuts only at safe points),
     so every result's call is found in it; a result whose call is elsewhere
-    still gets a descriptor, named ``tool``.
+    still gets a descriptor, named ``tool``. ``ids`` (one per message, from
+    the compressor's archive) makes descriptors and pointers name the
+    archived id that reopens the output; the same message always gets the
+    same descriptor, which keeps the provider's prompt cache warm.
     """
     calls: dict[str, tuple[str, Any]] = {}
     first_seen: dict[str, tuple[str, str]] = {}
@@ -359,17 +377,20 @@ def prune_region(region: list[Message], *, shrink_args: bool = True) -> PruneRes
                 continue
             call_id = str(msg.get("tool_call_id"))
             name, args = calls.get(call_id, (str(msg.get("name") or ""), None))
+            archived = ids[index] if ids is not None and index < len(ids) else None
             earlier = first_seen.get(text)
             if earlier is not None:
                 first_name, first_id = earlier
                 replacement = (
                     f"{POINTER_PREFIX}the {first_name or 'tool'} call {first_id} "
-                    f"earlier ({len(text):,} chars)]"
+                    f"earlier ({len(text):,} chars){_expand_note(archived)}]"
                 )
                 result.duplicates += 1
             else:
                 first_seen[text] = (name, call_id)
-                replacement = describe_tool_output(name, args, text, message_anchors(msg))
+                replacement = describe_tool_output(
+                    name, args, text, message_anchors(msg), archived_id=archived
+                )
                 result.results_pruned += 1
             out[index] = {**msg, "content": replacement}
             if index not in result.changed:

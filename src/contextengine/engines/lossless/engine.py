@@ -69,7 +69,7 @@ from contextengine.engines.lossless.view import ActiveContext, IncrementalView
 from contextengine.failure_policy import DEFAULT_MAX_WAIT_S, FailurePolicy
 from contextengine.messages import repair_message
 from contextengine.redact import redact, redact_message
-from contextengine.store import default_store_path, open_store
+from contextengine.store import open_engine_store
 from contextengine.store.protocol import Store, StoredMessage, SummaryRecord
 from contextengine.summarizers import DeterministicSummarizer
 from contextengine.summary_chain import SummaryChain
@@ -167,11 +167,7 @@ class LosslessEngine(ContextEngine):
         self.max_threshold_tokens = max_threshold_tokens
         self.reserved_output_tokens = max(0, int(reserved_output_tokens))
         self.model_thresholds = {}
-        self._owns_store = not isinstance(store, Store) or isinstance(store, str | os.PathLike)
-        options = {"redact_at_rest": True} if redact_at_rest else {}
-        self._store: Store = open_store(
-            store if store is not None else default_store_path(), **options
-        )
+        self._store, self._owns_store = open_engine_store(store, redact_at_rest=redact_at_rest)
         # A store that redacts at rest holds redacted copies: the host's messages
         # are matched against what it stores in that form.
         self._at_rest: Callable[[Message], Message] = (
