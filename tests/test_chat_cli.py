@@ -174,3 +174,26 @@ def test_a_failed_turn_is_reported_and_exits_nonzero(
             server, write_script(tmp_path, "hello"), "--engine", "test_chat_cli:make_engine"
         )
     assert result.exit_code == 1 and needle in result.output
+
+
+def test_the_default_compressor_keeps_what_it_compacts_searchable(tmp_path: Path) -> None:
+    filler = "Some background on the project, said at length. " * 12
+    lines = ["hello", filler, filler, "the vault code is 7391-alpha", filler, "d", "e", "f"]
+    script = write_script(tmp_path, *lines, "/compress", "what was the vault code?")
+    with ScriptedOpenAIServer() as server:
+        for n in range(len(lines)):
+            server.add_reply(f"reply {n}")
+        server.add_reply("The user said hello and some letters.")  # the summary (main model)
+        server.add_reply("", tool_calls=[{"name": "lcm_grep", "arguments": {"query": "vault"}}])
+        server.add_reply("It is 7391-alpha.")
+        result = run_chat(server, script)
+        bodies = server.requests
+    assert result.exit_code == 0, result.output
+    assert "[context] Compacted the conversation" in result.output
+    last = bodies[-1]
+    assert "lcm_grep" in [tool["function"]["name"] for tool in last["tools"]]
+    # The fact left the context with the compaction; the archive gave it back.
+    assert not any("7391-alpha" in json.dumps(m) for m in bodies[-2]["messages"])
+    found = json.loads(last["messages"][-1]["content"])
+    assert any("7391-alpha" in hit["snippet"] for hit in found["results"])
+    assert (Path(_home()) / "archive.db").is_file()

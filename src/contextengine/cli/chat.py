@@ -330,9 +330,14 @@ def _load_engine(
     spec = name or config.engine
     # The configured engine is loaded as such, so its configured options apply.
     load_as = None if spec == config.engine else spec
+    options: dict[str, Any] = {}
+    if spec == "compressor" and (load_as is not None or "archive" not in config.engine_options):
+        # The chat keeps its sessions in the data directory: what the compressor
+        # summarises is kept there too (the default archive, lcm's), when writable.
+        options["archive"] = True
     try:
         engine = load_engine(
-            load_as, strict=True, observers=[_notice], config=config, main_model=main
+            load_as, strict=True, observers=[_notice], config=config, main_model=main, **options
         )
     except (EngineNotFoundError, EngineLoadError) as exc:
         if saved is None or spec != saved.engine:
