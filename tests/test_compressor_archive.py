@@ -325,3 +325,25 @@ def test_a_pruned_tool_call_is_not_stored_twice(sqlite_path: Path) -> None:
     conversation = store.open_conversation("shrunk")
     assert store.message_count(conversation) == len(messages) + 2
     store.close()
+
+
+def test_an_archive_that_cannot_be_opened_never_breaks_the_conversation(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    engine = compressor(blocker / "archive.db")  # opened on first use, which fails
+    messages = chat_with_a_fact()
+    output = engine.compress(messages, force=True)
+    assert output == compressor(None).compress(messages, force=True)
+    report = engine.last_compression
+    assert report is not None and report.reason == "summarized"
+    assert report.warning is not None and "archive" in report.warning
+    assert engine.archive is None
+    assert "Unknown context engine tool" in tool(engine, "lcm_grep", query="password")["error"]
+
+
+def test_a_session_that_never_compacts_creates_no_archive(sqlite_path: Path) -> None:
+    engine = compressor(sqlite_path)
+    engine.on_session_start("quiet")
+    assert engine.get_tool_schemas()
+    engine.on_session_end("quiet", [system()])
+    assert not sqlite_path.exists()

@@ -136,14 +136,11 @@ class CompressorArchive:
         redact_at_rest: bool = False,
         model: Callable[[], str | None] = lambda: None,
     ) -> None:
-        try:
-            self.store, self._owns = open_engine_store(spec, redact_at_rest=redact_at_rest)
-        except Exception as exc:
-            raise ArchiveError(f"cannot open the archive: {type(exc).__name__}: {exc}") from exc
-        # A store that redacts at rest holds redacted copies: messages are matched in that form.
-        self._at_rest: Callable[[Message], Message] = (
-            redact_message if getattr(self.store, "redact_at_rest", False) else _same
-        )
+        self._spec = spec
+        self._redact_at_rest = redact_at_rest
+        self._store: Store | None = None
+        self._owns = False
+        self._at_rest: Callable[[Message], Message] = _same
         self._model = model
         self._session_key: str | None = None
         self._reset()
@@ -160,6 +157,27 @@ class CompressorArchive:
         #: Summaries recorded in this conversation, oldest first.
         self.summaries: list[str] = []
 
+    @property
+    def store(self) -> Store:
+        """The store, opened on first use: a session that never compacts creates no file."""
+        if self._store is None:
+            try:
+                store, self._owns = open_engine_store(
+                    self._spec, redact_at_rest=self._redact_at_rest
+                )
+            except Exception as exc:
+                raise ArchiveError(f"cannot open the archive: {type(exc).__name__}: {exc}") from exc
+            # A store that redacts at rest holds redacted copies: messages match in that form.
+            if getattr(store, "redact_at_rest", False):
+                self._at_rest = redact_message
+            self._store = store
+        return self._store
+
+    @property
+    def opened(self) -> bool:
+        """Whether the store was opened (something was archived or searched)."""
+        return self._store is not None
+
     # ------------------------------------------------------------------ conversation
 
     def start(self, session_key: str) -> None:
@@ -172,7 +190,7 @@ class CompressorArchive:
         if self.conversation_id is None:
             self._session_key = session_key
             return
-        alias = getattr(self.store, "alias_session", None)
+        alias = getattr(self._guard(lambda: self.store), "alias_session", None)
         if callable(alias):
             self._guard(lambda: alias(session_key, self.conversation_id))
 
@@ -313,8 +331,8 @@ class CompressorArchive:
 
     def close(self) -> None:
         """Close the store when it was opened here."""
-        if self._owns:
-            self.store.close()
+        if self._store is not None and self._owns:
+            self._store.close()
 
     # ------------------------------------------------------------------ tools
 

@@ -40,6 +40,7 @@ word (:attr:`CompressionReport.cause`) and in the provider's (``error``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -697,7 +698,8 @@ class ContextCompressor(ContextEngine):
 
     def on_session_end(self, session_id: str, messages: list[Message]) -> None:
         """Archive what the session still holds, so a later search finds its end too."""
-        if self._archive is not None and messages:
+        # A session where nothing was said creates no archive.
+        if self._archive is not None and any(m.get("role") != "system" for m in messages):
 
             def store_rest(archive: CompressorArchive) -> None:
                 archive.archive(messages)
@@ -717,7 +719,11 @@ class ContextCompressor(ContextEngine):
         """
         if self._archive is None:
             return super().handle_tool_call(name, args, **kwargs)
-        return self._archive.call_tool(name, args)
+        try:
+            return self._archive.call_tool(name, args)
+        except ArchiveError as exc:
+            self._archive_failed(exc)
+            return json.dumps({"error": f"{name} failed: the archive is unavailable ({exc})"})
 
     def recovery_hint(self, message: Message) -> str | None:
         """``lcm_expand`` with the archived id of a message the host had to shorten."""
