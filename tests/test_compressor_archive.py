@@ -345,5 +345,13 @@ def test_a_session_that_never_compacts_creates_no_archive(sqlite_path: Path) -> 
     engine = compressor(sqlite_path)
     engine.on_session_start("quiet")
     assert engine.get_tool_schemas()
-    engine.on_session_end("quiet", [system()])
+    engine.on_session_end("quiet", chat_with_a_fact())
     assert not sqlite_path.exists()
+
+
+def test_the_end_of_a_compacted_session_is_archived_too(sqlite_path: Path) -> None:
+    engine = compressor(sqlite_path)
+    engine.on_session_start("ending")
+    output = engine.compress(chat_with_a_fact(), force=True)
+    engine.on_session_end("ending", [*output, user("Last words: ship it on Friday.")])
+    assert tool(engine, "lcm_grep", query="ship Friday")["results"]

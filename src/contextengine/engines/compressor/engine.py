@@ -697,9 +697,14 @@ class ContextCompressor(ContextEngine):
             self._archive.start(session_id)
 
     def on_session_end(self, session_id: str, messages: list[Message]) -> None:
-        """Archive what the session still holds, so a later search finds its end too."""
-        # A session where nothing was said creates no archive.
-        if self._archive is not None and any(m.get("role") != "system" for m in messages):
+        """Archive what the session still holds, so a later search finds its end too.
+
+        Only when the archive is in use already (something was compacted or
+        searched): a session that never compacted writes no archive.
+        """
+        # Only a session that used its archive (compacted, searched) writes to it
+        # at the end: one that never compacted creates no file.
+        if self._archive is not None and self._archive.opened and messages:
 
             def store_rest(archive: CompressorArchive) -> None:
                 archive.archive(messages)
