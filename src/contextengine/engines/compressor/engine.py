@@ -23,6 +23,11 @@ then :meth:`~ContextCompressor.should_compress` and, when that says yes,
    is never mutated.
 7. :attr:`ContextCompressor.last_compression` reports the attempt.
 
+With an archive (``archive=``, :mod:`.recoverable` and :mod:`.archive`) the
+input is archived before step 3, descriptors and the summary name the ids
+that reopen what they replace, and the summary is recorded in the archive
+when the compaction commits; without one nothing of this happens.
+
 Failures never lose data: an auth error aborts and returns the messages
 unchanged; any other summariser failure is retried once on the main model
 (``main_summarizer``, when there is one) and then falls back to the offline
@@ -39,9 +44,6 @@ word (:attr:`CompressionReport.cause`) and in the provider's (``error``).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -50,13 +52,7 @@ from typing import Any
 
 from contextengine.anchors import message_anchors
 from contextengine.compaction_plan import CompressionPlan
-from contextengine.engine import CompactionGate, ContextEngine, sanitize_memory_context
-from contextengine.engines.compressor.archive import (
-    ArchiveError,
-    CompressorArchive,
-    PlannedSummary,
-    default_archive_path,
-)
+from contextengine.engine import CompactionGate, sanitize_memory_context
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
@@ -66,6 +62,7 @@ from contextengine.engines.compressor.boundaries import (
     select_regions,
 )
 from contextengine.engines.compressor.prune import PruneResult, prune_region
+from contextengine.engines.compressor.recoverable import RecoverableEngine, with_archive_line
 from contextengine.engines.compressor.request import outbound_region, region_anchors
 from contextengine.engines.compressor.summary import (
     frame_summary,
@@ -102,7 +99,6 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
-logger = logging.getLogger("contextengine.compressor")
 
 #: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
 MIN_PRUNE_RECLAIM_TOKENS = 4_096
@@ -163,7 +159,7 @@ class CompressionReport:
     warning: str | None = None
 
 
-class ContextCompressor(ContextEngine):
+class ContextCompressor(RecoverableEngine):
     """The default context engine: prune old tool traffic, then summarise the middle.
 
     Keyword-only configuration; every budget left as None is derived from the
@@ -277,44 +273,7 @@ class ContextCompressor(ContextEngine):
         self.summary_token_budget = 0
         self.target_tokens = 0
         self.update_model(model, context_length)
-        # A failure not yet reported in a compaction report (opening the archive).
-        self._archive_warning: str | None = None
-        self._archive: CompressorArchive | None = None
-        self._archive = self._open_archive(archive, redact_at_rest)
-
-    def _open_archive(
-        self, spec: Store | str | os.PathLike[str] | bool | None, redact_at_rest: bool
-    ) -> CompressorArchive | None:
-        if spec is None or spec is False:
-            return None
-        if spec is True:
-            path = default_archive_path()
-            if path is None:
-                return None  # no writable data directory: no archive, as documented
-            spec = path
-        try:
-            return CompressorArchive(
-                spec, redact_at_rest=redact_at_rest, model=lambda: self.model or None
-            )
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            return None
-
-    def _archive_failed(self, exc: Exception) -> None:
-        """Go on without the archive; the next compaction report carries the warning."""
-        warning = f"the compressor's archive failed, going on without it: {exc}"[:400]
-        logger.warning("%s", warning)
-        self._archive_warning = warning
-        archive, self._archive = self._archive, None
-        if archive is not None:
-            # Closing a broken store must not break the turn either.
-            with contextlib.suppress(Exception):
-                archive.close()
-
-    @property
-    def archive(self) -> CompressorArchive | None:
-        """The archive in use, or None (none configured, or it failed)."""
-        return self._archive
+        self._init_archive(archive, redact_at_rest)
 
     @property
     def name(self) -> str:
@@ -679,140 +638,6 @@ class ContextCompressor(ContextEngine):
             status["archive_conversation_id"] = self._archive.conversation_id
         return status
 
-    # ------------------------------------------------------------------ the archive
-
-    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
-        """Open (lazily) the archive conversation stored under ``session_id``.
-
-        With ``boundary_reason="compression"`` (the host renamed the same
-        conversation after a compaction) the archive conversation goes on and
-        the new id becomes another key of it, as for lcm. Without an archive:
-        nothing.
-        """
-        if self._archive is None:
-            return
-        if kwargs.get("boundary_reason") == "compression":
-            self._archive_call(lambda archive: archive.alias(session_id))
-        else:
-            self._archive.start(session_id)
-
-    def on_session_end(self, session_id: str, messages: list[Message]) -> None:
-        """Archive what the session still holds, so a later search finds its end too.
-
-        Only when the archive is in use already (something was compacted or
-        searched): a session that never compacted writes no archive.
-        """
-        # Only a session that used its archive (compacted, searched) writes to it
-        # at the end: one that never compacted creates no file.
-        if self._archive is not None and self._archive.opened and messages:
-
-            def store_rest(archive: CompressorArchive) -> None:
-                archive.archive(messages)
-                archive.sync()
-
-            self._archive_call(store_rest)
-
-    def get_tool_schemas(self) -> list[dict[str, Any]]:
-        """``lcm_grep``, ``lcm_describe``, ``lcm_expand`` over the archive; [] without one."""
-        return CompressorArchive.tool_schemas() if self._archive is not None else []
-
-    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
-        """Run an archive tool (the lossless engine's implementation); always a JSON string.
-
-        Without an archive (none configured, or it failed) every name is an
-        unknown tool, as before.
-        """
-        if self._archive is None:
-            return super().handle_tool_call(name, args, **kwargs)
-        try:
-            return self._archive.call_tool(name, args)
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            return json.dumps({"error": f"{name} failed: the archive is unavailable ({exc})"})
-
-    def recovery_hint(self, message: Message) -> str | None:
-        """``lcm_expand`` with the archived id of a message the host had to shorten."""
-        if self._archive is None:
-            return None
-        item_id = self._archive.id_of(message)
-        return f'lcm_expand {{"id": "{item_id}"}}' if item_id else None
-
-    def close(self) -> None:
-        """Close the archive when this engine opened it."""
-        if self._archive is not None:
-            self._archive.close()
-
-    def _archive_call(self, action: Callable[[CompressorArchive], Any]) -> bool:
-        """Run ``action`` on the archive; on failure drop the archive (warned). True when it ran."""
-        if self._archive is None:
-            return False
-        try:
-            action(self._archive)
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            return False
-        return True
-
-    def _archive_ids(
-        self, messages: list[Message], report: CompressionReport | None
-    ) -> list[str | None] | None:
-        """Archive ``messages``; their ids, or None without a (working) archive."""
-        archive = self._archive
-        if archive is None:
-            return None
-        try:
-            return archive.archive(messages)
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            if report is not None:
-                report.warning, self._archive_warning = self._archive_warning, None
-            return None
-
-    def _archive_pruned(
-        self, pruned: PruneResult, ids: list[str | None] | None, start: int
-    ) -> None:
-        """Record what pass 1 took out: it left the context, and its rewrites stand for it."""
-        if not ids or self._archive is None:
-            return
-        for index in pruned.changed:
-            item_id = ids[start + index]
-            if item_id is not None:
-                self._archive.alias_rewrite(pruned.messages[index], item_id)
-                self._archive.left.add(item_id)
-
-    def _plan_summary(
-        self, middle: list[Message], body: str, report: CompressionReport
-    ) -> PlannedSummary | None:
-        archive = self._archive
-        if archive is None:
-            return None
-        try:
-            sources = [i for i in archive.archive(middle) if i is not None]
-            if not sources:
-                return None
-            return archive.plan_summary(body, sources, fallback=report.fallback_used)
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            report.warning, self._archive_warning = self._archive_warning, None
-            return None
-
-    def _record_summary(self, planned: PlannedSummary, report: CompressionReport) -> bool:
-        archive = self._archive
-        if archive is None:
-            return False
-        try:
-            record = archive.record_summary(planned)
-            archive.sync()
-        except ArchiveError as exc:
-            self._archive_failed(exc)
-            report.warning, self._archive_warning = self._archive_warning, None
-            return False
-        if record.id != planned.id:
-            # A third-party store named it otherwise: the text must name the real id.
-            return False
-        report.summary_id = record.id
-        return True
-
     # ------------------------------------------------------------------ internals
 
     def _count(self, msg: Message) -> int:
@@ -964,7 +789,7 @@ class ContextCompressor(ContextEngine):
                 if body is None:
                     return self._abort(self._valid(messages), report, failure)
             planned = self._plan_summary(middle, body, report)
-            output, after = self._assemble(regions, _with_line(body, planned))
+            output, after = self._assemble(regions, with_archive_line(body, planned))
             if not _is_valid(output):
                 continue
             if after >= pass1_tokens:
@@ -1171,11 +996,6 @@ def _latest_requests(regions: Regions) -> str:
             if len(texts) >= AUTOMATIC_FOCUS_MESSAGES:
                 break
     return " / ".join(reversed(texts))
-
-
-def _with_line(body: str, planned: PlannedSummary | None) -> str:
-    """The summary body followed by its archive line (which ids reopen what)."""
-    return f"{body}\n\n{planned.line}" if planned is not None else body
 
 
 def _is_valid(messages: list[Message]) -> bool:
