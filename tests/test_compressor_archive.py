@@ -162,7 +162,12 @@ def test_a_second_compaction_archives_only_what_is_new(sqlite_path: Path) -> Non
 
     grown = [*output, user("One more thing: rename module_3."), assistant("Renamed.")]
     first_summary = engine.last_compression.summary_id  # type: ignore[union-attr]
+    summarizer = engine.summarizer
+    assert isinstance(summarizer, RecordingSummarizer)
     second = engine.compress(grown, force=True, keep_last=2)
+    # The summariser gets the previous summary without its archive line: the ids are ours.
+    previous = summarizer.requests[-1].previous_summary
+    assert "Fix the failing test." in previous and "lcm_expand" not in previous
     assert store.message_count(conversation) == stored + 2
     # The second summary names the first, which still reopens the fact.
     report = engine.last_compression
@@ -174,11 +179,11 @@ def test_a_second_compaction_archives_only_what_is_new(sqlite_path: Path) -> Non
     store.close()
 
 
-def test_sessions_of_one_archive_cannot_see_each_other(sqlite_path: Path) -> None:
-    alice = compressor(sqlite_path)
+def test_sessions_of_one_archive_cannot_see_each_other(store_factory: Callable[[], Any]) -> None:
+    alice = compressor(store_factory())
     alice.on_session_start("alice")
     alice.compress(chat_with_a_fact(), force=True)
-    bob = compressor(sqlite_path)
+    bob = compressor(store_factory())
     bob.on_session_start("bob")
     bob.compress(coding_session(14, output_chars=2_500, chatter=400), force=True)
 

@@ -49,6 +49,7 @@ __all__ = [
     "PlannedSummary",
     "archive_line",
     "default_archive_path",
+    "without_archive_line",
 ]
 
 Message = dict[str, Any]
@@ -105,6 +106,14 @@ def archive_line(summary_id: str, seq_range: tuple[int, int], earlier: Sequence[
     if earlier:
         line += f"; earlier summaries: {', '.join(earlier)}"
     return line + "]"
+
+
+def without_archive_line(text: str) -> str:
+    """A summary's text without the archive line :func:`archive_line` ended it with."""
+    head, sep, tail = text.rpartition("\n[archived: lcm_expand ")
+    if sep and tail.endswith("]") and "\n" not in tail:
+        return head.rstrip()
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)

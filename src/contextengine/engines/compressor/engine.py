@@ -53,6 +53,7 @@ from typing import Any
 from contextengine.anchors import message_anchors
 from contextengine.compaction_plan import CompressionPlan
 from contextengine.engine import CompactionGate, sanitize_memory_context
+from contextengine.engines.compressor.archive import without_archive_line
 from contextengine.engines.compressor.boundaries import (
     LazyTokens,
     Regions,
@@ -823,7 +824,9 @@ class ContextCompressor(RecoverableEngine):
         memory = sanitize_memory_context(memory_context)
         # Everything that leaves for the summariser is redacted: an earlier
         # summary may come from another tool or version, a focus from the user.
-        previous = redact(regions.previous_summary) if regions.previous_summary else ""
+        # The previous summary's archive line is ours to write again, not the summariser's.
+        previous_text = without_archive_line(regions.previous_summary)
+        previous = redact(previous_text) if previous_text else ""
         focus_topic = redact(focus_topic) if focus_topic else focus_topic
         # No focus given: the prompt serves the user's latest request instead.
         # It stays out of focus_topic, which means "what the user asked for".
