@@ -19,7 +19,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "replay"
 AGENT = str(FIXTURES / "agent_session.json")
 QA = str(FIXTURES / "locomo_tiny.json")
 #: Figures that differ between two runs of the same command (timings).
-VOLATILE = {"duration_s", "overhead_ms_median", "overhead_ms_p95", "created_at", "updated_at"}
+VOLATILE = {
+    "duration_s",
+    "overhead_ms_median",
+    "overhead_ms_p95",
+    "created_at",
+    "updated_at",
+    "last_failure_at",  # a wall-clock time: two runs can straddle a second
+}
 
 
 @pytest.fixture
