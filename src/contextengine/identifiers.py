@@ -31,6 +31,7 @@ import heapq
 import re
 from collections.abc import Iterable, Sequence
 
+from contextengine.anchors import find_anchors
 from contextengine.tokens import count_tokens
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "is_identifier",
     "listed_identifiers",
     "pack_identifiers",
+    "previous_identifiers",
 ]
 
 #: The anchor kinds identifiers come from (error anchors only when they are
@@ -270,3 +272,16 @@ def append_missing_identifiers(
     if low == 0:
         return summary
     return f"{summary.rstrip()}\n\n{section(low)}"
+
+
+def previous_identifiers(summary: str) -> list[str]:
+    """The identifiers a summary holds, as ``"kind:value"``, its folder groups expanded.
+
+    For :func:`append_missing_identifiers` on a later compaction, after the
+    region's own: what the summary being replaced listed must not be lost
+    because a model left it out of the new one.
+    """
+    if not summary:
+        return []
+    text = "\n".join([summary, *expand_identifiers(summary)])
+    return [f"{a.kind}:{a.value}" for a in find_anchors(text) if is_identifier(a.kind, a.value)]
