@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from contextengine.anchors import message_anchors
 from contextengine.formats import Session
@@ -124,7 +124,12 @@ def _found(engine: Any, value: str, sources: set[int], k: int, mode: str) -> boo
 
 
 def _searched(
-    region: list[Message], found: dict[str, tuple[str, set[int]]], session_id: str, k: int
+    region: list[Message],
+    found: dict[str, tuple[str, set[int]]],
+    session_id: str,
+    k: int,
+    *,
+    text_too: bool,
 ) -> tuple[set[str], set[str]]:
     """The identifiers one text query finds, and those one exact (regex) query finds."""
     from contextengine.engines.lossless import LosslessEngine
@@ -137,7 +142,7 @@ def _searched(
             engine.on_session_start(session_id)
             engine.on_turn_complete(list(region))
             for value, (_, sources) in found.items():
-                if _found(engine, value, sources, k, "text"):
+                if text_too and _found(engine, value, sources, k, "text"):
                     text.add(value)
                 if _found(engine, value, sources, k, "regex"):
                     exact.add(value)
@@ -147,14 +152,20 @@ def _searched(
 
 
 def identifier_survival(
-    session: Session, *, boundary: int = 0, search: bool = False, k: int = 5
+    session: Session,
+    *,
+    boundary: int = 0,
+    search: Literal["none", "lost", "all"] = "none",
+    k: int = 5,
 ) -> IdentifierSurvival | None:
     """The figures for recorded compaction number ``boundary`` of ``session``; None without it.
 
     The region is the messages before the boundary (for a later boundary,
     everything before it, as if nothing had been compacted before).
-    ``search`` archives the region in a temporary lcm SQLite file and runs one
-    ``lcm_grep`` per identifier (seconds per session).
+    ``search`` archives the region in a temporary lcm SQLite file and runs
+    ``lcm_grep``: for every identifier, a text and an exact query (``"all"``,
+    seconds per session), or only the exact query for those our summary
+    dropped (``"lost"``, enough for ``recoverable``).
     """
     compactions = [
         c
@@ -174,8 +185,9 @@ def identifier_survival(
     for kind, _ in found.values():
         kinds[kind] = kinds.get(kind, 0) + 1
     text = exact = None
-    if search:
-        text, exact = _searched(region, found, session.id, k)
+    if search != "none":
+        asked = found if search == "all" else {v: found[v] for v in values if v not in kept}
+        text, exact = _searched(region, asked, session.id, k, text_too=search == "all")
     return IdentifierSurvival(
         session=session.id,
         messages=len(region),
@@ -184,8 +196,8 @@ def identifier_survival(
         ours=len(kept),
         recorded=len(summary_keeps(recorded_summary, values)),
         ours_tokens=count_tokens(ours),
-        search=len(text) if text is not None else None,
-        search_exact=len(exact) if exact is not None else None,
+        search=len(text) if text is not None and search == "all" else None,
+        search_exact=len(exact) if exact is not None and search == "all" else None,
         recoverable=len(kept | exact) if exact is not None else None,
         lost=[value for value in values if value not in kept],
     )
