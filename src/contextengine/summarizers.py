@@ -29,11 +29,16 @@ parse it back and merge rather than nest::
     ## Anchors
     ### files
     - src/app.py (×3)
+    - src/contextengine/{anchors.py,summarizers.py}
     ### errors
     - KeyError
 
 ``(×N)`` is how many messages mentioned an anchor (omitted for 1); it is what
-ranks anchors when the budget forces some out.
+ranks anchors when the budget forces some out. Paths (and URLs) sharing a
+folder are written as one brace group (:func:`contextengine.identifiers.pack_identifiers`;
+no counts inside a group, its place in the list ranks it), which a later
+compaction reads back into its members. Within a section, the best-ranked
+anchor comes first.
 """
 
 from __future__ import annotations
@@ -350,10 +355,16 @@ class DeterministicSummarizer:
     region, and so are ``request.anchors`` (identifiers from parts of the region
     that were not sent in full), ranked after those seen in ``messages``.
     When the result exceeds ``request.token_budget``, the lowest
-    priority lines go first: the oldest actions, then the least referenced
-    and oldest anchors, then the oldest requests; the most recent request goes
-    last. Lines mentioning a word of ``request.focus_topic`` outrank all
-    others except the most recent request.
+    priority lines go first: the oldest actions, then the other anchors
+    (commands, numbers, whole error lines), then the oldest requests, and last
+    the identifiers (:func:`contextengine.identifiers.is_identifier`: paths,
+    URLs, ids, error names), ranked by kind
+    (:func:`~contextengine.identifiers.identifier_rank`), then by how many
+    messages mention them, then by recency, and measured on the packed index.
+    The most recent request is kept whole up to two thirds of the budget (cut
+    to head and tail beyond, when the identifiers need the room) and goes
+    before anything else. Lines mentioning a word of ``request.focus_topic``
+    outrank all others except the most recent request.
     """
 
     def summarize(self, request: SummaryRequest) -> str:
