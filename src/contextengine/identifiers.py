@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from contextengine.anchors import find_anchors
 from contextengine.tokens import count_tokens
@@ -66,7 +67,7 @@ _GROUPED_KINDS = ("files", "urls")
 # A member must not hold what the notation uses, or the group would not expand back.
 #: A folder group is written when it saves more characters than this.
 _GROUP_COST_CHARS = 8
-_NOT_IN_MEMBER = frozenset("{},\n\t ")
+_NOT_IN_MEMBER = re.compile(r"[{},\s]")
 # UUIDs and prefixed ids (``call_abc123``, ``req_011C...``) as anchors.py finds them.
 _OPAQUE_ID = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -101,13 +102,16 @@ def identifier_rank(kind: str, value: str) -> int:
     return 5
 
 
-def _prefixes(value: str) -> list[str]:
+@lru_cache(maxsize=65_536)
+def _prefixes(value: str) -> tuple[str, ...]:
     """The folder prefixes (each ending in ``/``) a value can be grouped under; maybe none."""
-    if any(char in _NOT_IN_MEMBER for char in value):
-        return []
+    # Cached: the summariser renders the same values once per step of its
+    # search for the largest index that fits.
+    if _NOT_IN_MEMBER.search(value):
+        return ()
     last = value.rfind("/")
     if last <= 0 or last == len(value) - 1:
-        return []  # no folder, or a folder itself (trailing slash)
+        return ()  # no folder, or a folder itself (trailing slash)
     scheme = value.find("://")
     floor = scheme + 3 if scheme != -1 else 0
     prefixes: list[str] = []
@@ -116,7 +120,7 @@ def _prefixes(value: str) -> list[str]:
         if cut > 0:
             prefixes.append(value[: cut + 1])
         cut = value.find("/", cut + 1)
-    return prefixes
+    return tuple(prefixes)
 
 
 def group_indices(values: Sequence[str]) -> list[list[int]]:
