@@ -37,6 +37,7 @@ from typing import Any
 
 from contextengine.anchors import extract_anchors
 from contextengine.engines.compressor import ContextCompressor
+from contextengine.identifiers import listed_identifiers
 from contextengine.tokens import count_message_tokens, message_tokens
 
 __all__ = ["run"]
@@ -104,7 +105,8 @@ def anchor_retention(before: list[Message], after: list[Message]) -> float | Non
     if not anchors:
         return None
     context = "\n".join(_text(m) for m in after)
-    return sum(1 for a in anchors if a in context) / len(anchors)
+    listed = listed_identifiers(context)  # paths a summary groups as folder/{a,b}
+    return sum(1 for a in anchors if a in context or a in listed) / len(anchors)
 
 
 def replay(messages: list[Message], context_length: int) -> dict[str, Any]:

@@ -61,6 +61,7 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
     ("recall_locomo", "lcm_grep retrieval on LoCoMo", {}, {}),
     ("replay", "Replay and recall on real sessions", {}, {}),
     ("replay_memory", "Replay memory and speed on one long session", {}, {}),
+    ("identifiers", "Identifiers that survive the summary", {}, {}),
 )
 #: Benchmarks that need a service this machine may not run (a PostgreSQL server):
 #: when they fail the page says why, and the run still succeeds.

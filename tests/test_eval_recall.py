@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from contextengine.errors import FormatError
-from contextengine.formats import load_session
+from contextengine.formats import Session, load_session
 from contextengine.replay.recall import eval_transcript, load_locomo, normalize_answer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "replay"
@@ -134,3 +134,20 @@ def test_anchors_of_what_left_the_view_on_an_agent_transcript() -> None:
     assert compressor["has_search"] is False
     assert compressor["overall"]["recoverable"] == compressor["overall"]["closed_book"]
     assert set(lcm["categories"]) <= {"files", "urls", "ids", "errors", "commands", "numbers"}
+
+
+def test_paths_a_summary_lists_in_a_folder_group_count_as_kept() -> None:
+    messages: list[dict[str, Any]] = []
+    for i in range(12):
+        messages.append({"role": "user", "content": f"Next file, number {i}."})
+        # Late in the message: the summary's one-line action record does not reach it.
+        edited = "Nothing else here. " * 60 + f"Edited src/service/handlers/h_{i:03d}.py."
+        messages.append({"role": "assistant", "content": edited})
+    for i in range(6):
+        messages.append({"role": "user", "content": f"Small talk {i}. " + "more words " * 40})
+        messages.append({"role": "assistant", "content": "Fine. " * 60})
+    session = Session(id="grouped", source="test", format="openai", messages=messages)
+    result = eval_transcript(session, engine="compressor", context_length=4096)
+    files = result.to_json()["categories"]["files"]
+    assert files["questions"] >= 8  # the early paths left the view...
+    assert files["closed_book"] == 1.0  # ...and the summary's src/service/handlers/{...} has them

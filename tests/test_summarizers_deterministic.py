@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from contextengine.anchors import anchor_set
+from contextengine.identifiers import listed_identifiers
 from contextengine.summarizers import DeterministicSummarizer, Summarizer, SummaryRequest
 from contextengine.tokens import count_tokens
 
@@ -212,5 +213,6 @@ def test_request_anchors_rank_below_the_sent_region_and_respect_the_budget() -> 
     )
     assert count_tokens(summary) <= budget
     assert "tests/test_api.py" in summary  # from the sent messages: kept first
-    kept = [i for i in range(500) if f"src/generated/module_{i}.py\n" in summary + "\n"]
+    listed = listed_identifiers(summary)  # the index writes src/generated/{module_0.py,...}
+    kept = [i for i in range(500) if f"src/generated/module_{i}.py" in listed]
     assert kept and kept == list(range(len(kept)))  # the engine's order decides who stays

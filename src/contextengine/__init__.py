@@ -51,6 +51,13 @@ from contextengine.formats import (
     stream_session,
 )
 from contextengine.host import ContextHost
+from contextengine.identifiers import (
+    append_missing_identifiers,
+    expand_identifiers,
+    is_identifier,
+    listed_identifiers,
+    pack_identifiers,
+)
 from contextengine.messages import (
     from_anthropic,
     sanitize_tool_pairs,
@@ -116,6 +123,7 @@ __all__ = [
     "SummarizerTransientError",
     "SummaryRequest",
     "VocabularyError",
+    "append_missing_identifiers",
     "automatic_compaction_status_message",
     "available_engines",
     "call_with_supported_kwargs",
@@ -124,16 +132,20 @@ __all__ = [
     "count_message_tokens",
     "count_tokens",
     "estimate_tokens_rough",
+    "expand_identifiers",
     "from_anthropic",
     "is_context_overflow_error",
+    "is_identifier",
     "is_summary_message",
     "iter_sessions",
     "keep_last_cut",
+    "listed_identifiers",
     "load_engine",
     "load_session",
     "load_sessions",
     "normalize_usage",
     "open_store",
+    "pack_identifiers",
     "redact",
     "sanitize_memory_context",
     "sanitize_tool_pairs",

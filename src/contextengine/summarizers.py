@@ -29,11 +29,16 @@ parse it back and merge rather than nest::
     ## Anchors
     ### files
     - src/app.py (×3)
+    - src/contextengine/{anchors.py,summarizers.py}
     ### errors
     - KeyError
 
 ``(×N)`` is how many messages mentioned an anchor (omitted for 1); it is what
-ranks anchors when the budget forces some out.
+ranks anchors when the budget forces some out. Paths (and URLs) sharing a
+folder are written as one brace group (:func:`contextengine.identifiers.pack_identifiers`;
+no counts inside a group, its place in the list ranks it), which a later
+compaction reads back into its members. Within a section, the best-ranked
+anchor comes first.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ from typing import Any
 
 from contextengine.anchors import ANCHOR_KINDS, find_anchors, parse_tool_arguments
 from contextengine.anchors import anchors_from_tool_call as _tool_call_anchors
+from contextengine.identifiers import (
+    expand_identifiers,
+    format_group,
+    group_indices,
+    identifier_rank,
+    is_identifier,
+)
 from contextengine.openai_summarizer import OpenAICompatibleSummarizer, summarizer_from_env
 from contextengine.summary_prompt import bound_text, content_text
 from contextengine.summary_request import Summarizer, SummaryRequest
@@ -72,6 +84,8 @@ _EARLIER = "## Earlier summary"
 # message. Not a "- " item, so reading the summary back finds no request in it.
 _NO_REQUESTS = "(none: this part of the conversation holds no user message)"
 _COUNT_SUFFIX = re.compile(r"^(.*) \(×(\d+)\)$")
+# Anchor kinds whose index lines group values by folder (src/pkg/{a.py,b.py}).
+_GROUPED_KINDS = ("files", "urls")
 
 #: Older user requests are kept up to this many characters (head and tail);
 #: the most recent one is kept whole unless the budget itself is smaller.
@@ -125,6 +139,11 @@ class _Item:
     priority: tuple[float, ...]  # larger is kept first
     order: tuple[float, ...]  # display order within the section
     tokens: int = 0
+    #: For an anchor: its exact value and how many messages mentioned it.
+    value: str = ""
+    count: int = 1
+    #: An identifier (see contextengine.identifiers): cut after the prose.
+    ident: bool = False
 
 
 @dataclass
@@ -177,6 +196,9 @@ def _parse_previous(summary: str) -> _Parsed:
                 match = _COUNT_SUFFIX.match(text)
                 if match:
                     bucket.append((match.group(1), int(match.group(2))))
+                elif name in _GROUPED_KINDS and " " not in text and expand_identifiers(text):
+                    # A folder group stands for its members; their counts were not written.
+                    bucket.extend((value, 1) for value in expand_identifiers(text))
                 else:
                     bucket.append((text, 1))
     return parsed
@@ -333,10 +355,16 @@ class DeterministicSummarizer:
     region, and so are ``request.anchors`` (identifiers from parts of the region
     that were not sent in full), ranked after those seen in ``messages``.
     When the result exceeds ``request.token_budget``, the lowest
-    priority lines go first: the oldest actions, then the least referenced
-    and oldest anchors, then the oldest requests; the most recent request goes
-    last. Lines mentioning a word of ``request.focus_topic`` outrank all
-    others except the most recent request.
+    priority lines go first: the oldest actions, then the other anchors
+    (commands, numbers, whole error lines), then the oldest requests, and last
+    the identifiers (:func:`contextengine.identifiers.is_identifier`: paths,
+    URLs, ids, error names), ranked by kind
+    (:func:`~contextengine.identifiers.identifier_rank`), then by how many
+    messages mention them, then by recency, and measured on the packed index.
+    The most recent request is kept whole up to two thirds of the budget (cut
+    to head and tail beyond, when the identifiers need the room) and goes
+    before anything else. Lines mentioning a word of ``request.focus_topic``
+    outrank all others except the most recent request.
     """
 
     def summarize(self, request: SummaryRequest) -> str:
@@ -435,8 +463,16 @@ def _anchor_items(
     items = []
     for value, (kind, count, recency) in merged.items():
         text = value if count <= 1 else f"{value} (×{count})"
-        priority = (0.0, 0.0, 2.0, float(count), recency)
-        items.append(_Item(kind, text, priority, (-float(count), -recency)))
+        if is_identifier(kind, value):
+            # Identifiers outrank every line of prose: by kind, then reuse, then recency.
+            kind_rank = float(identifier_rank(kind, value))
+            priority: tuple[float, ...] = (0.0, 0.0, 4.0, -kind_rank, float(count), recency)
+            order: tuple[float, ...] = (kind_rank, -float(count), -recency)
+            items.append(_Item(kind, text, priority, order, value=value, count=count, ident=True))
+        else:
+            priority = (0.0, 0.0, 2.0, float(count), recency)
+            order = (9.0, -float(count), -recency)
+            items.append(_Item(kind, text, priority, order, value=value, count=count))
     return items
 
 
@@ -470,43 +506,133 @@ def _render(chosen: list[_Item]) -> str:
         for kind in anchor_kinds:
             if kind in by_section:
                 lines.extend(_section_header(kind))
-                for item in sorted(by_section[kind], key=lambda i: i.order):
-                    lines.extend(_item_lines(item.text))
+                lines.extend(_anchor_lines(kind, by_section[kind]))
     return "\n".join(lines)
 
 
+def _anchor_lines(kind: str, items: list[_Item]) -> list[str]:
+    """One section of the anchor index, best first; paths sharing a folder on one line."""
+    ordered = sorted(items, key=lambda i: i.order)
+    if kind not in _GROUPED_KINDS:
+        return [line for item in ordered for line in _item_lines(item.text)]
+    lines: list[str] = []
+    for group in group_indices([item.value or item.text for item in ordered]):
+        if len(group) == 1:
+            lines.extend(_item_lines(ordered[group[0]].text))
+        else:
+            # Counts are not written inside a group: its place in the index ranks it.
+            lines.extend(_item_lines(format_group([ordered[i].value for i in group])))
+    return lines
+
+
 def _fit(items: list[_Item], budget: int) -> str:
-    """The highest-priority items that fit ``budget`` tokens, rendered."""
+    """The highest-priority items that fit ``budget`` tokens, rendered.
+
+    Three passes, in priority order: what outranks the identifiers (the
+    latest request, cut to leave the identifier index up to a third of the
+    budget, and lines on the
+    focus topic); then as many identifiers as fit, best first (their cost is
+    measured on the rendered index, where folder groups make each path
+    cheaper than its own line); then the rest of the prose, line by line.
+    """
     ranked = sorted(items, key=lambda i: i.priority, reverse=True)
-    headers: dict[str, int] = {}
-    chosen: list[_Item] = []
-    used = 0
-    anchors_started = False
-    for item in ranked:
-        item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
-        header_cost = 0
-        if item.section not in headers:
-            header_cost = count_tokens(_section_header(item.section)[0]) + 1
-            if item.section in ANCHOR_KINDS and not anchors_started:
-                header_cost += count_tokens(_ANCHORS) + 1
-        if item.section == "requests" and item.priority[0] == 1.0 and used + item.tokens > budget:
-            item.text = _shrink(item.text, budget - used - header_cost)
-            item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
-        if used + header_cost + item.tokens > budget:
-            continue
-        used += header_cost + item.tokens
-        headers.setdefault(item.section, header_cost)
-        anchors_started = anchors_started or item.section in ANCHOR_KINDS
-        chosen.append(item)
+    idents = [item for item in ranked if item.ident]
+    first = [i for i in ranked if not i.ident and (i.priority[0] > 0 or i.priority[1] > 0)]
+    rest = [i for i in ranked if not i.ident and not (i.priority[0] > 0 or i.priority[1] > 0)]
+    # The latest request keeps at least two thirds of the budget; the
+    # identifier index gets the room it needs out of the last third.
+    reserve = min(_index_tokens(idents), budget // 3) if idents else 0
+    state = _Packing(budget)
+    for item in first:
+        state.add(item, shrink_to=budget - reserve)
+    state.add_identifiers(idents)
+    for item in rest:
+        state.add(item)
+    chosen = state.chosen
     text = _render(chosen)
     # Per-line counts can undercount where BPE merges across line breaks;
     # drop the lowest-priority lines until the real count fits.
     while chosen and count_tokens(text) > budget:
         excess = count_tokens(text) - budget
         while chosen and excess > 0:
-            excess -= chosen.pop().tokens
+            excess -= max(chosen.pop().tokens, 1)
         text = _render(chosen)
     return text
+
+
+def _index_tokens(idents: list[_Item]) -> int:
+    """Tokens of the anchor index of ``idents`` alone, with its headings."""
+    return count_tokens(_render(idents)) + 1 if idents else 0
+
+
+class _Packing:
+    """The items chosen so far for :func:`_fit` and the tokens they use."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.chosen: list[_Item] = []
+        self.sections: set[str] = set()
+        self.anchors_started = False
+
+    def _header_cost(self, section: str) -> int:
+        if section in self.sections:
+            return 0
+        cost = count_tokens(_section_header(section)[0]) + 1
+        if section not in ("requests", "actions", "earlier") and not self.anchors_started:
+            cost += count_tokens(_ANCHORS) + 1
+        return cost
+
+    def _take(self, item: _Item, cost: int) -> None:
+        self.used += cost
+        self.sections.add(item.section)
+        self.anchors_started = self.anchors_started or item.section not in (
+            "requests",
+            "actions",
+            "earlier",
+        )
+        self.chosen.append(item)
+
+    def add(self, item: _Item, shrink_to: int | None = None) -> None:
+        """Take ``item`` when it fits; the latest request is cut to fit ``shrink_to`` instead."""
+        item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
+        header = self._header_cost(item.section)
+        if item.section == "requests" and item.priority[0] == 1.0:
+            limit = min(self.budget, shrink_to if shrink_to is not None else self.budget)
+            if self.used + header + item.tokens > limit:
+                item.text = _shrink(item.text, max(limit - self.used - header, 8))
+                item.tokens = count_tokens("\n".join(_item_lines(item.text))) + 1
+        if self.used + header + item.tokens <= self.budget:
+            self._take(item, header + item.tokens)
+
+    def add_identifiers(self, idents: list[_Item]) -> None:
+        """Take the most identifiers (best first) whose rendered index fits what is left."""
+        if not idents:
+            return
+        room = self.budget - self.used
+        extra = 0 if not self.anchors_started else count_tokens(_ANCHORS) + 1
+
+        def cost(count: int) -> int:
+            return _index_tokens(idents[:count]) - extra
+
+        low, high = 0, len(idents)
+        if cost(high) > room:
+            while low < high:  # the largest count that fits
+                middle = (low + high + 1) // 2
+                if cost(middle) <= room:
+                    low = middle
+                else:
+                    high = middle - 1
+        else:
+            low = high
+        if low == 0:
+            return
+        total = cost(low)
+        for item in idents[:low]:
+            # Each carries the average share, for the final trim's estimate.
+            item.tokens = max(total // low, 1)
+            self._take(item, 0)
+        self.used += total
 
 
 def _shrink(text: str, tokens: int) -> str:

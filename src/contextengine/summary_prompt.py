@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from contextengine.anchors import ANCHOR_KINDS
+from contextengine.identifiers import identifier_rank, is_identifier
 
 __all__ = [
     "PROMPT_ANCHORS_LIMIT",
@@ -163,6 +164,19 @@ def _anchor_value(anchor: str) -> str:
     return anchor
 
 
+def _listed_anchors(anchors: Sequence[str]) -> list[str]:
+    """The anchors the prompt lists: identifiers first, by kind (stable), then the rest."""
+
+    def rank(anchor: str) -> int:
+        kind, sep, value = anchor.partition(":")
+        if sep and kind in ANCHOR_KINDS and is_identifier(kind, value):
+            return identifier_rank(kind, value)
+        return 9
+
+    ordered = sorted(anchors[: PROMPT_ANCHORS_LIMIT * 4], key=rank)
+    return [_anchor_value(anchor) for anchor in ordered[:PROMPT_ANCHORS_LIMIT]]
+
+
 def render_summary_prompt(
     *,
     messages: Sequence[Message],
@@ -179,7 +193,8 @@ def render_summary_prompt(
     Called by engines when they build a ``SummaryRequest`` and by
     ``OpenAICompatibleSummarizer`` for requests that carry no prompt.
     ``anchors`` (``SummaryRequest.anchors``: ``"kind:value"``, best first) are
-    listed, the first :data:`PROMPT_ANCHORS_LIMIT` of them, as identifiers to
+    listed, at most :data:`PROMPT_ANCHORS_LIMIT` of them, identifiers first
+    (:func:`contextengine.identifiers.identifier_rank`), as identifiers to
     keep verbatim: many come from parts of the region the transcript omits.
     ``automatic_focus`` says that ``focus_topic`` is not the user's choice but
     the latest user turns, which the excerpt should serve. ``today`` (the
@@ -231,11 +246,13 @@ def render_summary_prompt(
             "Memory context from a long-term memory store is included as background; use it "
             "only to interpret the transcript, do not copy it wholesale."
         )
-    listed = [_anchor_value(anchor) for anchor in anchors[:PROMPT_ANCHORS_LIMIT]]
+    listed = _listed_anchors(anchors)
     if listed:
         rules.append(
             "The identifiers under 'Identifiers to keep verbatim' occur in the excerpt, some in "
-            "parts of it not shown; keep as many of them verbatim as the budget allows."
+            "parts of it not shown; keep as many of them verbatim as the budget allows, before "
+            "any prose. Paths that share a folder may be written as one brace group, "
+            "src/pkg/{a.py,b.py} for src/pkg/a.py and src/pkg/b.py."
         )
     parts = [
         "Summarise the conversation excerpt below for the agent that will continue this work "

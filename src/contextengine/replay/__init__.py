@@ -39,6 +39,7 @@ from contextengine.replay.cost import (
     parse_price,
     request_cost,
 )
+from contextengine.replay.identifiers import IdentifierSurvival, identifier_survival
 from contextengine.replay.loop import (
     Replayer,
     RequestRecord,
@@ -64,6 +65,7 @@ from contextengine.replay.report import render_html, write_report
 __all__ = [
     "PRESETS",
     "CostTotals",
+    "IdentifierSurvival",
     "PrefixCache",
     "Price",
     "RecallResult",
@@ -78,6 +80,7 @@ __all__ = [
     "compare_stream",
     "eval_locomo",
     "eval_transcript",
+    "identifier_survival",
     "load_locomo",
     "message_fingerprint",
     "normalize_answer",

@@ -24,8 +24,10 @@ Agent transcripts (:func:`eval_transcript`)
     units; see :mod:`contextengine.anchors`) of every message that left the
     context, except those still present in a message that stayed, are the
     questions, grouped by anchor kind. Closed-book: the anchor appears verbatim
-    in the context. Search: ``lcm_grep`` on the words around the anchor in its
-    source message returns a source message (or a snippet holding the anchor)
+    in the context, or listed in a folder group of a summary
+    (:func:`~contextengine.identifiers.listed_identifiers`). Search: ``lcm_grep``
+    on the words around the anchor in its source message returns a source
+    message (or a snippet holding the anchor, highlight markers removed)
     within the top ``k``.
 
 Every result carries the retained context tokens beside it, so engines are
@@ -45,8 +47,10 @@ from typing import Any
 from contextengine.anchors import find_anchors
 from contextengine.errors import FormatError
 from contextengine.formats import Session
+from contextengine.identifiers import listed_identifiers
 from contextengine.replay.cost import message_fingerprint
 from contextengine.replay.loop import DEFAULT_MODEL, Progress, Replayer
+from contextengine.store.search import HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN
 from contextengine.summary_prompt import content_text
 from contextengine.tokens import count_message_tokens
 
@@ -350,6 +354,11 @@ def eval_locomo(
 # ---------------------------------------------------------------- agent transcripts
 
 
+def _plain(snippet: Any) -> str:
+    """A search snippet without its highlight markers, which split a matched identifier."""
+    return str(snippet or "").replace(HIGHLIGHT_OPEN, "").replace(HIGHLIGHT_CLOSE, "")
+
+
 def _surrounding_words(text: str, start: int, value: str) -> str:
     before = _WORD.findall(text[max(0, start - 300) : start])[-_CONTEXT_WORDS:]
     after = _WORD.findall(text[start + len(value) : start + len(value) + 300])[:_CONTEXT_WORDS]
@@ -387,6 +396,8 @@ def eval_transcript(
         searchable = result.has_search = _has_grep(replayer)
         in_view = {message_fingerprint(m) for m in context}
         context_text = "\n".join(_message_text(m) for m in context)
+        # A summary lists paths sharing a folder as one group (src/pkg/{a.py,b.py}).
+        listed = listed_identifiers(context_text)
         texts = [_message_text(m) for m in messages]
         left = [i for i, m in enumerate(messages) if message_fingerprint(m) not in in_view]
         stayed = set(range(len(messages))) - set(left)
@@ -406,7 +417,7 @@ def eval_transcript(
             tally = result.tally(kind)
             tally.questions += 1
             tally.with_answer += 1
-            answered = value in context_text
+            answered = value in context_text or value in listed
             tally.closed_book += answered
             found = False
             if query:
@@ -414,7 +425,7 @@ def eval_transcript(
                 if searchable:
                     hits = _grep(replayer, query, k)
                     found = any(
-                        h.get("seq") in sources[value] or value in str(h.get("snippet", ""))
+                        h.get("seq") in sources[value] or value in _plain(h.get("snippet"))
                         for h in hits
                     )
                 tally.search += found

@@ -70,6 +70,7 @@ from contextengine.engines.compressor.summary import (
     is_summary_message,
     place_summary,
     split_summary,
+    unframe_summary,
 )
 from contextengine.errors import SummarizerAuthError
 from contextengine.failure_policy import (
@@ -78,6 +79,7 @@ from contextengine.failure_policy import (
     FailureCause,
     FailurePolicy,
 )
+from contextengine.identifiers import append_missing_identifiers, previous_identifiers
 from contextengine.messages import sanitize_tool_pairs, validate_messages
 from contextengine.redact import redact
 from contextengine.store.protocol import Store
@@ -896,7 +898,9 @@ class ContextCompressor(RecoverableEngine):
             if result.text is not None:
                 policy.summarizer_succeeded()
                 report.summary_model = result.model
-                return result.text, ""
+                if result.model == OFFLINE_SUMMARY_MODEL:
+                    return result.text, ""
+                return self._with_identifiers(result.text, request, input_tokens), ""
             cause = result.cause or "server_error"
             error = result.error or "no summary"
             # One failure for the whole chain: one step of the cooldown ladder.
@@ -921,6 +925,26 @@ class ContextCompressor(RecoverableEngine):
             return None, "fallback_failed: empty summary"
         report.summary_model = OFFLINE_SUMMARY_MODEL
         return body.strip(), ""
+
+    def _with_identifiers(self, text: str, request: SummaryRequest, input_tokens: int) -> str:
+        """A model's summary with the region's identifiers it left out appended, packed.
+
+        A model paraphrases identifiers away however the prompt asks; the
+        offline summariser never does, so only model summaries get this. The
+        section fills what is left of ``summary_token_budget``, and at least a
+        quarter of it (a model that used its whole budget still loses no more
+        than the budget can hold), never making the summary longer than its input.
+        """
+        text = unframe_summary(text)  # what is added must land inside the markers
+        used = count_tokens(text, self.model or None)
+        room = max(self.summary_token_budget - used, self.summary_token_budget // 4)
+        room = min(room, input_tokens - used)
+        # The region's identifiers first, then those of the summary it replaces
+        # (already redacted), so that a model cannot drop them on a later pass.
+        anchors = [*request.anchors, *previous_identifiers(request.previous_summary)]
+        return append_missing_identifiers(
+            text, anchors, budget_tokens=room, model=self.model or None
+        )
 
     def _assemble(self, regions: Regions, body: str) -> tuple[list[Message], int]:
         work, tokens = regions.work, regions.tokens

@@ -38,6 +38,7 @@ __all__ = [
     "is_summary_message",
     "place_summary",
     "split_summary",
+    "unframe_summary",
 ]
 
 Message = dict[str, Any]
@@ -60,7 +61,17 @@ def frame_summary(body: str) -> str:
     """The full text of a summary: start marker, the body, end marker.
 
     A body that already carries the markers (a summariser that echoed them)
-    loses them first, so that the summary is never framed twice.
+    loses them first (:func:`unframe_summary`), so that the summary is never
+    framed twice.
+    """
+    return f"{SUMMARY_START}\n\n{unframe_summary(body)}\n\n{SUMMARY_END}"
+
+
+def unframe_summary(body: str) -> str:
+    """``body`` without the start and end markers a summariser may have echoed, any number of times.
+
+    The engine unframes a model's answer before it adds to it, so that what it
+    adds lands inside the markers.
     """
     text = body.strip()
     while True:
@@ -74,7 +85,7 @@ def frame_summary(body: str) -> str:
         if stripped == text:
             break
         text = stripped
-    return f"{SUMMARY_START}\n\n{text}\n\n{SUMMARY_END}"
+    return text
 
 
 def _first_text(msg: Message) -> str | None:
