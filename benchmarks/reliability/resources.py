@@ -552,9 +552,11 @@ def render(
         " once the output is appended (wall and CPU seconds). Request tokens: the exact"
         " tokens of what was sent plus the tool schemas'. Peak RSS over baseline:"
         " `ru_maxrss` after the request, and after everything (`lcm_grep` included), minus"
-        " `ru_maxrss` before the output was built; it includes the output itself, held by"
-        " the agent's history. lcm_grep: one `lcm_grep` text search for the word on the"
-        " line in the middle of the output, through `host.handle_tool_call`.",
+        " the baseline taken before the output was built (the RSS once the imports, the"
+        " vocabulary, the engine and the host are loaded, freed memory returned and the"
+        " peak reset); it includes the output itself, held by the agent's history."
+        " lcm_grep: one `lcm_grep` text search for the word on the line in the middle of"
+        " the output, through `host.handle_tool_call`.",
         "",
         "#### A long session, grown turn by turn through the host, at a 128,000-token window",
         "",
@@ -565,7 +567,8 @@ def render(
         " MB is the JSON of every message fed. Request ms: the median over the first"
         f" and the last {SAMPLE} requests of every hook of a request (`after_tool_calls`"
         " charged to the next request, `prepare_request`, `record_response`, `end_turn`)."
-        " Peak RSS over baseline: `ru_maxrss` at the end minus before the first message."
+        " Peak RSS over baseline: `ru_maxrss` at the end minus the baseline taken before the"
+        " first message, as above."
         " Archive: the SQLite file, its WAL and shared-memory files at the end.",
     ]
     return "\n".join(lines)

@@ -295,6 +295,48 @@ def sessions(draw: st.DrawFn, context_lengths: Sequence[int] = CONTEXT_LENGTHS) 
     return GeneratedSession(system=system, context_length=context_length, turns=turns)
 
 
+def features(session: GeneratedSession) -> set[str]:
+    """What a session holds, for the coverage line of the figures."""
+    found: set[str] = set()
+    for turn in session.turns:
+        if isinstance(turn.user, list):
+            found.add("user text parts")
+        elif len(turn.user) > session.context_length * 3:
+            found.add("user message over the window")
+        elif turn.user == "":
+            found.add("empty user message")
+        elif not turn.user.isascii():
+            found.add("non-ASCII user text")
+        for reply in turn.replies:
+            if reply.kind == "thinking":
+                found.add("thinking-only reply")
+            if len(reply.calls) > 1:
+                found.add("parallel calls")
+            if any(not call.answered for call in reply.calls):
+                found.add("lost result")
+            if reply.orphan is not None:
+                found.add("orphan result")
+            if any(len(call.output) >= 2_000 for call in reply.calls):
+                found.add("large tool output")
+            if reply.order != tuple(sorted(reply.order)):
+                found.add("results out of order")
+    return found
+
+
+FEATURES = (
+    "parallel calls",
+    "results out of order",
+    "lost result",
+    "orphan result",
+    "large tool output",
+    "thinking-only reply",
+    "user text parts",
+    "empty user message",
+    "non-ASCII user text",
+    "user message over the window",
+)
+
+
 # ---------------------------------------------------------------- the invariants
 
 
@@ -538,6 +580,8 @@ class RunResult:
     chunks: int
     chunk: int
     seconds: float
+    #: Sessions holding each feature (see :func:`features`) and each context length.
+    coverage: Counter[str] = field(default_factory=Counter)
 
     @property
     def violations(self) -> int:
@@ -555,6 +599,7 @@ def run_sessions(
 ) -> RunResult:
     """Generate up to ``total`` sessions (fewer when ``budget_s`` runs out) and check them."""
     stats = {name: Stats(name) for name in ENGINES}
+    coverage: Counter[str] = Counter()
     started = time.perf_counter()
     # The host warns (by design) on every repair and cut; at this count that is noise.
     # Its events are counted instead.
@@ -562,13 +607,15 @@ def run_sessions(
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        return _run_chunks(stats, total, base_seed, chunk, budget_s, progress, partial, started)
+        return _run_chunks(
+            stats, coverage, total, base_seed, chunk, budget_s, progress, partial, started
+        )
     finally:
         logger.setLevel(level)
 
 
 def _chunk_test(
-    stats: dict[str, Stats], size: int, chunk_seed: int, counter: list[int]
+    stats: dict[str, Stats], size: int, chunk_seed: int, counter: list[int], coverage: Counter[str]
 ) -> Callable[[], None]:
     """A hypothesis test that runs ``size`` generated sessions through every engine."""
 
@@ -583,6 +630,8 @@ def _chunk_test(
     @given(session=sessions())
     def check_chunk(session: GeneratedSession) -> None:
         counter[0] += 1
+        coverage.update(features(session))
+        coverage["context " + f"{session.context_length:,}"] += 1
         label = f"seed {chunk_seed} #{counter[0]}"
         for name in ENGINES:
             run_session(session, name, stats[name], label)
@@ -592,6 +641,7 @@ def _chunk_test(
 
 def _run_chunks(
     stats: dict[str, Stats],
+    coverage: Counter[str],
     total: int,
     base_seed: int,
     chunk: int,
@@ -606,17 +656,21 @@ def _run_chunks(
         size = min(chunk, total - done)
         chunk_seed = base_seed + chunks
         counter = [0]
-        check_chunk = _chunk_test(stats, size, chunk_seed, counter)
+        check_chunk = _chunk_test(stats, size, chunk_seed, counter, coverage)
         check_chunk()
         done += counter[0]
         chunks += 1
         if progress:
             progress(f"{done:,} sessions, {time.perf_counter() - started:,.0f} s")
         if partial:
-            partial(RunResult(stats, done, base_seed, chunks, chunk, time.perf_counter() - started))
+            partial(
+                RunResult(
+                    stats, done, base_seed, chunks, chunk, time.perf_counter() - started, coverage
+                )
+            )
         if counter[0] == 0 or (budget_s is not None and time.perf_counter() - started > budget_s):
             break
-    return RunResult(stats, done, base_seed, chunks, chunk, time.perf_counter() - started)
+    return RunResult(stats, done, base_seed, chunks, chunk, time.perf_counter() - started, coverage)
 
 
 def machine() -> str:
@@ -675,6 +729,15 @@ def render(result: RunResult, *, command: str, asked: int | None = None) -> str:
         " CPU s: the CPU time of the engines and the host (and of the checks), session"
         " generation excluded; the machine was shared with other jobs, so CPU time says"
         " more than wall time.",
+    ]
+    n = max(1, result.sessions)
+    held = ", ".join(f"{what} {result.coverage[what] / n:.0%}" for what in FEATURES)
+    lengths = ", ".join(
+        f"{length:,} {result.coverage[f'context {length:,}'] / n:.0%}" for length in CONTEXT_LENGTHS
+    )
+    lines += [
+        "",
+        f"Sessions holding each feature at least once: {held}. Context lengths: {lengths}.",
     ]
     examples = [
         (name, invariant, text)
