@@ -7,7 +7,7 @@ tool calls (one to three in parallel) whose results come back in any order,
 some of them large log outputs, some lost (a call never answered), sometimes
 followed by an orphan result (a result answering no call). Texts mix words,
 paths, arbitrary unicode (emoji, CJK, combining marks, control characters; no
-lone surrogates, which no JSON decoder hands an agent), and empty strings. The
+lone surrogates: see "Not covered" in docs/reliability.md), and empty strings. The
 context lengths (1,500 to 32,000 tokens) are small enough that both engines
 compact and the window guarantee cuts; now and then a user message is larger
 than the window on its own, so the host must refuse with
@@ -197,7 +197,7 @@ _WORDS = (
     "def",
 )
 _words = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=120).map(" ".join)
-# Any unicode but lone surrogates (no JSON decoder produces them in a str an agent holds).
+# Any unicode but lone surrogates (out of scope: docs/reliability.md, "Not covered").
 _unicode = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
 _short = st.one_of(_words, _words, _words, _unicode, st.just(""))
 
