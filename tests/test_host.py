@@ -751,3 +751,46 @@ def test_tool_schemas_are_wrapped_named_and_unique_whatever_the_engine_returned(
 def test_tool_schemas_that_are_not_a_list_offer_nothing(schemas: Any) -> None:
     host, _ = make_host(SchemaEngine(schemas))
     assert host.tool_schemas() == []
+
+
+def test_a_view_changed_inside_its_tracked_part_is_counted_again_for_the_window() -> None:
+    # Regression: a view rebuilt around a larger summary at index 1, its first,
+    # middle and last messages the same objects as before, was sized from the
+    # stale running count, and the request went out over the window (found by
+    # benchmarks/reliability/sessions.py on lcm).
+    system = {"role": "system", "content": "s"}
+    middle = [{"role": "assistant", "content": f"step {i}"} for i in range(5)]
+    last = {"role": "user", "content": "and now?"}
+    small = {"role": "user", "content": "summary " * 10}
+    engine = RecordingEngine(select_result=[system, small, *middle, last])
+    host, _ = make_host(engine, context_length=400)
+    history = [system, {"role": "user", "content": "hello"}, *middle, last]
+    host.prepare_request(history)
+    engine.select_result = [system, {"role": "user", "content": "summary " * 500}, *middle, last]
+    engine.last_view_reused = 0
+    request = host.prepare_request(history)
+    assert count_message_tokens(request, "test-model") <= 400
+
+
+def test_the_view_after_a_compaction_is_counted_again_for_the_window() -> None:
+    # Regression: after a compaction the engine extends the view it built then
+    # (last_view_reused counts from it), not the one the host tracked; with
+    # the same first, middle and last messages, the host sized the new view
+    # from the old one's count and sent it over the window (found on lcm by
+    # benchmarks/reliability/sessions.py).
+    system = {"role": "system", "content": "s"}
+    middle = [{"role": "assistant", "content": f"step {i}"} for i in range(5)]
+    last = {"role": "user", "content": "and now?"}
+    small = {"role": "user", "content": "summary " * 10}
+    engine = RecordingEngine(select_result=[system, small, *middle, last])
+    host, _ = make_host(engine, context_length=400)
+    # The compaction shrinks the history, so the host adopts what it returns.
+    history = [system, {"role": "user", "content": "hello " * 900}, *middle, last]
+    host.prepare_request(history)
+    big = [system, {"role": "user", "content": "summary " * 500}, *middle, last]
+    engine._compress_result = big
+    history = host.compress_now(history)
+    engine.select_result = big
+    engine.last_view_reused = len(big)
+    request = host.prepare_request(history)
+    assert count_message_tokens(request, "test-model") <= 400

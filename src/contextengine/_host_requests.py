@@ -137,6 +137,13 @@ class _RequestPipeline(_CompactionPolicy):
         reused = getattr(self.engine, "last_view_reused", 0)
         reused = reused if isinstance(reused, int) and reused > 0 else 0
         start = min(reused, prefix.clean, len(view)) if prefix.count else 0
+        if reused < prefix.count:
+            # The engine changed its view inside the part the host tracks (lcm
+            # rebuilds it around a rewritten summary, keeping the system prompt
+            # and the raw messages as the same objects), which the identity
+            # check of the first, middle and last message cannot see: its size,
+            # which the window guarantee trusts, must be counted again.
+            prefix.reset()
         tail = view[start:]
         cleaned = self._checked_reported(tail)
         if _same_messages(cleaned, tail):

@@ -336,6 +336,10 @@ class _HostState:
             self._prefix.reset()
             self._prefix.extend(messages)
             self._prefix.clean = len(messages)
+            # The engine compacted or pruned: the view it extends next is the one
+            # it built then, not the one the host tracked, and may share that
+            # one's first, middle and last messages while its size differs.
+            self._view_prefix.reset()
 
     def _observe(self, name: str, call: HookCall) -> Op[Any]:
         """Run an observation hook; an exception is logged, reported and swallowed."""
