@@ -61,7 +61,7 @@ NOTE = (
     "through the engine (lcm archives every message in a temporary SQLite file, deleted "
     "afterwards), the unmanaged baseline and Claude Code's recorded compaction as "
     "reference traces, token counting and the cost model. Peak RSS is the process's "
-    "maximum resident set (its rusage from `os.wait4`): SQLite's page cache, and the "
+    "maximum resident set (its own VmHWM, read at exit): SQLite's page cache, and the "
     "token and anchor caches, which keep up to 64M characters of text each whatever "
     "the session's size, are in it. Requests per second are requests per CPU second of "
     "the process (file, engine and reference traces together) over the first and the "
@@ -223,14 +223,33 @@ def _quarter_rates(timeline: Path) -> tuple[float, float]:
     return quarter / max(first, 1e-9), quarter / max(last, 1e-9)
 
 
+#: Runs the CLI (the rest of argv after the file name), then writes the process's
+#: VmHWM in KiB to that file at exit.
+_PEAK_WRAPPER = """
+import atexit, runpy, sys
+target = sys.argv.pop(1)
+def _peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            with open(target, "w") as out:
+                out.write(line.split()[1])
+atexit.register(_peak)
+sys.argv[0] = "contextengine"
+runpy.run_module("contextengine", run_name="__main__", alter_sys=True)
+"""
+
+
 def replay_once(path: Path, engine: str, *, cli: Sequence[str] | None = None) -> Result:
     """Run ``contextengine replay`` on ``path`` in a fresh process and measure that process.
 
-    ``cli`` is the command that starts the CLI (default: this interpreter with
-    ``-m contextengine``). The child's own resource usage comes from
-    ``os.wait4``: the ``getrusage(RUSAGE_CHILDREN)`` accounting, for that one
-    process (RUSAGE_CHILDREN's ``ru_maxrss`` is the largest child so far, so
-    it cannot tell the runs of one benchmark apart).
+    ``cli`` is the command that starts the CLI (default: this interpreter
+    running the CLI through :data:`_PEAK_WRAPPER`). CPU time comes from
+    ``os.wait4``, for that one process. The peak RSS is the process's own
+    ``VmHWM``, which the wrapper reads at exit: ``VmHWM`` starts afresh at
+    ``exec``, while a child's ``ru_maxrss`` starts at its parent's RSS when
+    it forks, so run from a large process (``run_all.py`` after the store
+    benchmarks) every run reported the parent's 2 GB. A custom ``cli`` gets
+    ``ru_maxrss``.
     """
     size = path.stat().st_size / 1_000_000
     with tempfile.TemporaryDirectory(prefix="replay-memory-") as tmp:
@@ -238,8 +257,9 @@ def replay_once(path: Path, engine: str, *, cli: Sequence[str] | None = None) ->
         out, err = Path(tmp) / "stdout.json", Path(tmp) / "stderr.txt"
         env = dict(os.environ)
         env["CONTEXTENGINE_HOME"] = tmp  # never the user's own data directory
+        peak_file = Path(tmp) / "peak.txt"
         command = [
-            *(cli or [sys.executable, "-m", "contextengine"]),
+            *(cli or [sys.executable, "-c", _PEAK_WRAPPER, str(peak_file)]),
             "replay",
             str(path),
             "--engine",
@@ -260,6 +280,8 @@ def replay_once(path: Path, engine: str, *, cli: Sequence[str] | None = None) ->
         wall = time.perf_counter() - started
         cpu = usage.ru_utime + usage.ru_stime
         peak = usage.ru_maxrss / 1024  # kilobytes on Linux
+        if peak_file.exists():
+            peak = int(peak_file.read_text()) / 1024
         if proc.returncode != 0:
             tail = err.read_text(encoding="utf-8").strip().splitlines()[-1:]
             return Result(engine, size, 0, 0, wall, cpu, peak, 0, 0, 0, 0, failed=" ".join(tail))
