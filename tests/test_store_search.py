@@ -277,7 +277,10 @@ def test_prefix_star_becomes_a_prefix_query(store: Store, conv: str) -> None:
 
 def test_a_message_is_also_found_by_the_words_of_the_one_before(store: Store, conv: str) -> None:
     # Seq 4 does not say "succeeded"; the message before it does, and ranks first.
-    assert [h.seq for h in store.search(conv, "succeeded").results] == [3, 4]
+    first, second = store.search(conv, "succeeded").results
+    assert (first.seq, second.seq) == (3, 4)
+    assert first.context is None and second.snippet == TEXTS[4]
+    assert second.context is not None and "«succeeded»" in second.context
 
 
 def test_locomo_recall_beats_plain_bm25(shared_data: Path) -> None:

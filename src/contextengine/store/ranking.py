@@ -62,6 +62,7 @@ __all__ = [
     "Ranked",
     "Ranking",
     "TextIndex",
+    "explain",
     "hits_page",
     "probe_cap",
     "query_snippet",
@@ -164,20 +165,45 @@ def hits_page(
         if owner is None:  # pragma: no cover - deleted between the probe and this read
             continue
         item_id, seq, role = owner
-        snippet = query_snippet(parsed, result.text)
-        if not snippet and highlight is not None:
-            snippet = highlight(result.key)
+        snippet, context = explain(parsed, result, highlight)
         hits.append(
             SearchHit(
                 id=item_id,
                 kind="message" if result.key[0] == 0 else "summary",
                 seq=seq,
                 role=role,
-                snippet=snippet or _search.plain_snippet(result.text),
+                snippet=snippet,
                 score=result.score,
+                context=context,
             )
         )
     return hits, ranking.total > offset + limit
+
+
+def explain(
+    parsed: _search.ParsedQuery, result: Ranked, highlight: Callable[[Key], str] | None = None
+) -> tuple[str, str | None]:
+    """``(snippet, context)`` of one result: why it matched, in words the model can check.
+
+    The snippet is the row's own text around its query words whenever it
+    holds any. A row that holds none ranks only through ``ctx`` (the start of
+    the message before it): its snippet is the start of its own text and
+    ``context`` is the neighbour's text around the query words, so a reply is
+    never shown as a bare hit it cannot explain. Python's Porter stems find
+    what both stores' indexes match; only when they find nothing in either
+    column does ``highlight`` (SQLite's own ``snippet()``, which also folds
+    diacritics) get a say, and its answer counts only if it marked a word.
+    """
+    own = query_snippet(parsed, result.text)
+    if own:
+        return own, None
+    near = query_snippet(parsed, result.ctx) if result.ctx else None
+    if near:
+        return _search.plain_snippet(result.text), near
+    marked = highlight(result.key) if highlight is not None else ""
+    if _search.HIGHLIGHT_OPEN in marked:
+        return marked, None
+    return _search.plain_snippet(result.text), None
 
 
 def probe_cap(terms: int, size: int) -> int:
