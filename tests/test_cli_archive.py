@@ -71,6 +71,17 @@ def test_grep_searches_all_conversations_or_one(archive_path: Path) -> None:
     assert [h["seq"] for h in json.loads(out)] == [1]
 
 
+def test_grep_shows_why_a_reply_matched(archive_path: Path) -> None:
+    # "Thanks!" holds no query word: it matched through the message before it.
+    code, out = invoke(archive_path, "grep", "staging", "--scope", "messages")
+    assert code == 0
+    reply = next(line for line in out.splitlines() if "seq 2" in line)
+    assert "Thanks! [matched in the message before: " in reply and "«staging»" in reply
+    _, out = invoke(archive_path, "grep", "staging", "--scope", "messages", "--json")
+    (reply_hit,) = [h for h in json.loads(out) if h["seq"] == 2]
+    assert reply_hit["snippet"] == "Thanks!" and "«staging»" in reply_hit["context"]
+
+
 def test_describe_and_expand_a_summary_and_a_message(archive_path: Path) -> None:
     _, out = invoke(archive_path, "grep", "Asked", "--scope", "summaries", "--json")
     summary_id = json.loads(out)[0]["id"]

@@ -385,3 +385,20 @@ def test_a_nul_in_any_argument_is_one_clear_error_that_names_no_archive(
     engine.compress([{"role": "user", "content": "needle"}], force=True)
     result = json.loads(engine.handle_tool_call(tool, args))
     assert result == {"error": f"{next(iter(args))} must not contain NUL (0x00) characters"}
+
+
+def test_grep_shows_a_reply_found_through_the_question_before_it() -> None:
+    eng = LosslessEngine(context_length=3_000, store=":memory:")
+    try:
+        eng.on_session_start("codeword")
+        history: list[Message] = [
+            {"role": "user", "content": "The codeword is marmoset."},
+            {"role": "assistant", "content": "noted"},
+        ]
+        eng.select_context(history, conversation_messages=history)
+        question, reply = call(eng, "lcm_grep", query="codeword")["results"]
+    finally:
+        eng.close()
+    assert "matched_in" not in question and "«codeword»" in question["snippet"]
+    assert reply["matched_in"] == "context" and reply["snippet"] == "noted"
+    assert reply["context"] == "The «codeword» is marmoset."

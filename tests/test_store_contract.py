@@ -549,3 +549,48 @@ def test_a_session_alias_opens_the_conversation_it_continues(store: Store) -> No
     assert store.open_conversation("before-rotation") == conversation
     store.delete_conversation(conversation)
     assert store.open_conversation("after-rotation") != conversation
+
+
+def test_a_reply_found_through_its_question_says_why(store: Store) -> None:
+    cid = store.open_conversation("s")
+    said = [
+        {"role": "user", "content": "Remember the codeword marmoset for tomorrow's drill."},
+        {"role": "assistant", "content": "noted"},
+    ]
+    store.append_messages(cid, said, start_seq=0)
+    question, reply = store.search(cid, "codeword").results
+    assert (question.seq, reply.seq) == (0, 1)
+    assert "«codeword»" in question.snippet and question.context is None
+    # The reply holds no query word: its own text, and the neighbour's words that matched.
+    assert reply.snippet == "noted"
+    assert reply.context == "Remember the «codeword» marmoset for tomorrow's drill."
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param("migration failed", id="words"),
+        pytest.param('"staging key"', id="phrase"),
+        pytest.param("deploy* succeeded", id="prefix"),
+        pytest.param("wifi hunter2 password", id="ctx-neighbours"),
+    ],
+)
+def test_every_hit_shows_the_words_it_matched(store: Store, query: str) -> None:
+    cid = store.open_conversation("s")
+    texts = [
+        "The deploy script lives in tools/deploy.sh and needs the staging key.",
+        "ok",
+        "Database migration failed: column user_id does not exist.",
+        "The database migration finally succeeded after adding the user_id column.",
+        "Remember: the wifi password is hunter2.",
+        "Got it, stored.",
+    ]
+    store.append_messages(cid, [{"role": "user", "content": t} for t in texts], start_seq=0)
+    hits = store.search(cid, query).results
+    assert hits
+    for hit in hits:
+        # Marked words in the snippet, or else in the neighbour's text: never a bare hit.
+        shown = hit.snippet if hit.context is None else hit.context
+        assert "«" in shown, (hit.seq, hit.snippet, hit.context)
+        if hit.context is not None:
+            assert "«" not in hit.snippet and texts[hit.seq or 0].startswith(hit.snippet)

@@ -54,7 +54,10 @@ def every_page(store: SQLiteStore, cid: str, query: str, mode: str) -> list[tupl
     cursor = None
     while True:
         page = store.search(cid, query, mode=mode, limit=3, cursor=cursor)  # type: ignore[arg-type]
-        found += [(h.id, h.seq, h.snippet, round(h.score, 9), h.summary_id) for h in page.results]
+        found += [
+            (h.id, h.seq, h.snippet, h.context, round(h.score, 9), h.summary_id)
+            for h in page.results
+        ]
         if page.next_cursor is None:
             return found
         cursor = page.next_cursor

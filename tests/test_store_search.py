@@ -262,7 +262,10 @@ def test_no_query_id_regex_or_cursor_reaches_another_conversation(store: Store) 
         pytest.param("What did Caroline research?", (), ("caroline", "research"), id="stop-words"),
         pytest.param('"big red" dog', (("big", "red"),), ("dog",), id="phrase"),
         pytest.param("the who", (), ("the", "who"), id="only-stop-words-kept"),
-        pytest.param('say "hi', (), ("say", "hi"), id="unbalanced-quote-dropped"),
+        pytest.param('say "hi', (), ("say", "hi", "said"), id="unbalanced-quote-dropped"),
+        pytest.param("When did he buy it?", (), ("buy", "bought"), id="irregular-form-added"),
+        pytest.param("Who went where?", (), ("went", "go", "gone"), id="past-form-adds-present"),
+        pytest.param("Is it done?", (), ("done",), id="stop-word-forms-skipped"),
     ],
 )
 def test_parse_query(text: str, phrases: tuple[Any, ...], terms: tuple[str, ...]) -> None:
@@ -277,7 +280,10 @@ def test_prefix_star_becomes_a_prefix_query(store: Store, conv: str) -> None:
 
 def test_a_message_is_also_found_by_the_words_of_the_one_before(store: Store, conv: str) -> None:
     # Seq 4 does not say "succeeded"; the message before it does, and ranks first.
-    assert [h.seq for h in store.search(conv, "succeeded").results] == [3, 4]
+    first, second = store.search(conv, "succeeded").results
+    assert (first.seq, second.seq) == (3, 4)
+    assert first.context is None and second.snippet == TEXTS[4]
+    assert second.context is not None and "«succeeded»" in second.context
 
 
 def test_locomo_recall_beats_plain_bm25(shared_data: Path) -> None:
@@ -349,3 +355,33 @@ def test_a_huge_query_keeps_a_bounded_number_of_terms_and_phrases() -> None:
 def test_a_huge_query_still_finds_its_first_words(store: Store, conv: str) -> None:
     hits = store.search(conv, "hunter2 " + " ".join(f"w{i}" for i in range(20_000))).results
     assert [h.seq for h in hits] == [5]
+
+
+def test_a_question_in_the_present_finds_the_answer_in_the_past(store: Store) -> None:
+    cid = store.open_conversation("forms")
+    said = [
+        "Did you see the old harbour market this weekend?",
+        "We should buy a new kettle some day.",
+        "I bought the blue kettle at the harbour market.",
+    ]
+    store.append_messages(cid, [{"role": "user", "content": t} for t in said], start_seq=0)
+    hits = store.search(cid, "where did they buy the kettle").results
+    assert hits[0].seq == 2 and "«bought»" in hits[0].snippet
+
+
+def test_a_message_beside_the_rest_of_the_answer_ranks_above_the_same_words_alone(
+    store: Store,
+) -> None:
+    cid = store.open_conversation("neighbours")
+    said = [
+        "Morning, how was the weekend?",
+        "Ordered a new kettle today.",  # 1: its reply names the harbour
+        "It arrived at the harbour office already.",
+        "Lunch was pasta with friends.",
+        "Ordered a new kettle today.",  # 4: the same words, newer, nothing beside them
+        "Nice, enjoy the tea.",
+    ]
+    store.append_messages(cid, [{"role": "user", "content": t} for t in said], start_seq=0)
+    seqs = [h.seq for h in store.search(cid, "kettle harbour").results]
+    assert seqs[0] == 2
+    assert seqs.index(1) < seqs.index(4)

@@ -134,9 +134,10 @@ def grep(
         return
     for hit in found:
         where = f"seq {hit['seq']}" if hit["seq"] is not None else "summary"
-        click.echo(
-            f"{hit['conversation_id']} {hit['id']} ({where}, {hit['role']}): {hit['snippet']}"
-        )
+        line = f"{hit['conversation_id']} {hit['id']} ({where}, {hit['role']}): {hit['snippet']}"
+        if hit.get("context"):
+            line += f" [matched in the message before: {hit['context']}]"
+        click.echo(line)
     if not found:
         click.echo("no match", err=True)
 

@@ -100,13 +100,14 @@ def tsquery_term(term: str, *, prefix: bool = False) -> str:
     """The tsquery of one query word: its lexeme (a phrase when it holds several, ``user_id``).
 
     Empty when the word has no indexable word in it. ``prefix`` matches every
-    lexeme that starts with the word, unstemmed (FTS5's ``word*``).
+    lexeme that starts with the word's own lexeme, as FTS5's ``word*`` does
+    (it stems the prefix too: "deploy*" is every lexeme starting "deploi").
     """
     if prefix:
         words = [w for w in WORD.findall(term.lower()) if w]
-        if not words:
+        if not words or not _lexeme(words[-1]):
             return ""
-        return " <-> ".join([*(f"'{_lexeme(w)}'" for w in words[:-1]), f"'{words[-1]}':*"])
+        return " <-> ".join([*(f"'{_lexeme(w)}'" for w in words[:-1]), f"'{_lexeme(words[-1])}':*"])
     return tsquery_phrase([term])
 
 

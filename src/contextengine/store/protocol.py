@@ -164,6 +164,12 @@ class SearchHit:
     score: float
     #: The summary covering this item once it has left the view (None while in view).
     summary_id: str | None = None
+    #: Set when the item holds none of the query's words and ranks only through
+    #: the message before it (text search indexes each message with the start of
+    #: the previous one, so a reply is found by its question): that message's
+    #: matching text, bounded and highlighted. ``snippet`` is then the start of
+    #: the item's own text. None for every other hit.
+    context: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

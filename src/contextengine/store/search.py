@@ -5,7 +5,8 @@ Stores call these helpers from ``Store.search`` (the engine of ``lcm_grep``):
 * :func:`parse_query` turns the model's or user's text into terms and quoted
   phrases. Nothing of the text reaches the full-text engine unquoted, so no
   input (``"``, ``AND OR NOT``, ``*``, ``NEAR(``, ``col:``, ``^``, emoji...)
-  can break the query syntax. Stop words are dropped unless nothing else is left.
+  can break the query syntax. Stop words are dropped unless nothing else is
+  left; the irregular forms of a word are added (:mod:`.wordforms`).
 * :func:`fts5_match` builds the SQLite FTS5 ``MATCH`` expression: every quoted
   phrase is required, the bare terms are OR-ed (natural-language questions
   rarely share all their words with the answer; BM25 ranks the rows that share
@@ -38,6 +39,7 @@ from typing import Any
 import regex as _regex
 
 from contextengine.errors import StoreError
+from contextengine.store.wordforms import variants
 
 __all__ = [
     "HIGHLIGHT_CLOSE",
@@ -125,7 +127,9 @@ def parse_query(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> Parsed
 
     A double quote without its partner is ignored. Stop words are kept only
     when the query has nothing else (a search for "the who" still finds
-    something). Duplicate terms are dropped, first occurrence wins. At most
+    something). The other forms of an irregular word ("bought" for "buy",
+    :func:`~contextengine.store.wordforms.variants`) follow the query's own
+    terms. Duplicate terms are dropped, first occurrence wins. At most
     :data:`MAX_QUERY_TERMS` terms, :data:`MAX_QUERY_PHRASES` phrases and
     :data:`MAX_PHRASE_WORDS` words of a phrase are kept, the first ones: every
     term costs one index probe, and a model that pastes a whole log as its
@@ -144,7 +148,11 @@ def parse_query(text: str, *, stop_words: frozenset[str] = STOP_WORDS) -> Parsed
     bare = [w.rstrip("*") for w in raw_words if w.rstrip("*")]
     kept = [w for w in bare if w not in stop_words] or ([] if phrases else bare)
     # dict.fromkeys: first occurrence wins, in linear time (a list scan was quadratic).
-    terms = tuple(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
+    own = tuple(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
+    # Irregular forms Porter's stemmer cannot join ("buy" / "bought") come after
+    # the query's own words, so the cap never drops one of those for them.
+    forms = [v for w in own if w not in prefixes for v in variants(w) if v not in stop_words]
+    terms = tuple(dict.fromkeys([*own, *forms]))[:MAX_QUERY_TERMS]
     return ParsedQuery(phrases=tuple(phrases), terms=terms, prefixes=prefixes.intersection(terms))
 
 

@@ -206,7 +206,8 @@ def match_words(
     query's ``word*``); the stem yielded is then the prefix. Scans ``text``
     once with a regular expression and stems only the words it preselects.
     """
-    wanted = stems | prefixes
+    heads = _prefix_stems(prefixes)
+    wanted = stems | prefixes | frozenset(heads)
     if not wanted:
         return
     for match in _prefilter(frozenset(wanted), True).finditer(text):
@@ -214,8 +215,8 @@ def match_words(
         if stem in stems:
             yield match.start(), match.end(), stem
         else:
-            for prefix in prefixes:
-                if stem.startswith(prefix):
+            for head, prefix in heads.items():
+                if stem.startswith(head):
                     yield match.start(), match.end(), prefix
                     break
 
@@ -230,7 +231,8 @@ def count_stems(
     faster than a case-insensitive scan.
     """
     counts: dict[str, int] = {}
-    wanted = stems | prefixes
+    heads = _prefix_stems(prefixes)
+    wanted = stems | prefixes | frozenset(heads)
     if not wanted:
         return counts
     for word in _prefilter(frozenset(wanted), False).findall(text.lower()):
@@ -238,8 +240,20 @@ def count_stems(
         if stem in stems:
             counts[stem] = counts.get(stem, 0) + 1
             continue
-        for prefix in prefixes:
-            if stem.startswith(prefix):
+        for head, prefix in heads.items():
+            if stem.startswith(head):
                 counts[prefix] = counts.get(prefix, 0) + 1
                 break
     return counts
+
+
+def _prefix_stems(prefixes: frozenset[str]) -> dict[str, str]:
+    """Each prefix's stem -> the prefix: what a word's stem must start with to match ``word*``.
+
+    SQLite's FTS5 stems the prefix of a ``word*`` query too ("deploy*" looks
+    for stems starting with "deploi", which "deployed" has and "deploy" with an
+    unstemmed prefix would miss), and so do PostgreSQL's tsquery
+    (:func:`~contextengine.store.postgres_text.tsquery_term`) and the snippets,
+    so every store finds, and marks, the same words.
+    """
+    return {porter(p): p for p in sorted(prefixes)}

@@ -369,7 +369,9 @@ def lcm_grep(
 
     Returns results with the id, kind, seq, role, a snippet of the match and
     summary_id (the summary that now stands for it, or null while it is still
-    in view). Reopen any id with lcm_expand. When this session continues
+    in view). A result found only through the message just before it says
+    matched_in "context" and quotes that message's matching words in context.
+    Reopen any id with lcm_expand. When this session continues
     earlier ones, they are searched after it and their results say
     earlier_session.
     """
@@ -403,6 +405,10 @@ def _hit(hit: SearchHit, *, earlier: bool = False) -> dict[str, Any]:
         "snippet": _bounded(hit.snippet, MAX_SNIPPET_CHARS),
         "summary_id": hit.summary_id,
     }
+    if hit.context is not None:
+        # Found only through the message before it: say so, and show why.
+        result["matched_in"] = "context"
+        result["context"] = _bounded(hit.context, MAX_SNIPPET_CHARS)
     if earlier:
         result["earlier_session"] = True
     return result
