@@ -69,7 +69,12 @@ ENGINES = [pytest.param(_compressor, id="compressor"), pytest.param(_lcm, id="lc
 
 
 def run_two(
-    engine: ContextEngine, summarizer: HeldSummarizer, first: list[Message], second: list[Message]
+    engine: ContextEngine,
+    summarizer: HeldSummarizer,
+    first: list[Message],
+    second: list[Message],
+    *,
+    second_keep_last: int | None = None,
 ) -> tuple[list[Message], list[Message], int]:
     """Compact ``first`` and, while that is inside the summariser, ``second`` from another thread.
 
@@ -77,11 +82,11 @@ def run_two(
     """
     results: dict[int, list[Message]] = {}
 
-    def compact(key: int, messages: list[Message]) -> None:
-        results[key] = engine.compress(messages, force=True)
+    def compact(key: int, messages: list[Message], keep_last: int | None) -> None:
+        results[key] = engine.compress(messages, force=True, keep_last=keep_last)
 
-    one = threading.Thread(target=compact, args=(1, first))
-    two = threading.Thread(target=compact, args=(2, second))
+    one = threading.Thread(target=compact, args=(1, first, None))
+    two = threading.Thread(target=compact, args=(2, second, second_keep_last))
     one.start()
     assert summarizer.entered.wait(10)
     two.start()
@@ -119,3 +124,17 @@ def test_a_second_caller_with_another_history_waits_then_compacts_its_own(
     first, second, _calls = run_two(engine, summarizer, history, longer)
     assert len(first) < len(history) and second != first
     assert second[-1] == longer[-1]
+
+
+def test_the_same_history_with_another_keep_last_is_compacted_again_as_asked() -> None:
+    # The compressor shows it: lcm, once the first caller summarised the history,
+    # has no raw messages left to keep, so both answers are alike whoever computed them.
+    summarizer = HeldSummarizer()
+    engine = _compressor(summarizer)
+    history = chat(10)
+    first, second, _calls = run_two(engine, summarizer, history, history, second_keep_last=2)
+    assert second != first  # not the first caller's result: it asked for something else
+    # The system prompt, the summary (merged into the first kept message by the
+    # compressor) and the last two messages, as the second caller asked.
+    assert len(second) <= 4 < len(first)
+    assert second[-1] == history[-1]

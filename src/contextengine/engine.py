@@ -482,18 +482,31 @@ class CompactionGate:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._last_input: list[Any] | None = None
+        self._last_key: Any = None
         self._last_output: list[Any] | None = None
 
-    def run(self, messages: list[Any], compact: Callable[[], list[Any]]) -> list[Any]:
-        """``compact()`` under the gate, or the result just made for ``messages``."""
+    def run(
+        self, messages: list[Any], compact: Callable[[], list[Any]], *, key: Any = None
+    ) -> list[Any]:
+        """``compact()`` under the gate, or the result just made for ``messages``.
+
+        ``key`` holds the call's other arguments that change the result (a
+        manual ``keep_last``, a focus): a waiting caller reuses the first one's
+        result only when they are equal too.
+        """
         waited = not self._lock.acquire(blocking=False)
         if waited:
             self._lock.acquire()
         try:
-            if waited and messages is self._last_input and self._last_output is not None:
+            if (
+                waited
+                and messages is self._last_input
+                and key == self._last_key
+                and self._last_output is not None
+            ):
                 return list(self._last_output)
             result = compact()
-            self._last_input, self._last_output = messages, result
+            self._last_input, self._last_key, self._last_output = messages, key, result
             return result
         finally:
             self._lock.release()

@@ -560,6 +560,7 @@ class ContextCompressor(RecoverableEngine):
             lambda: self._compress_once(
                 messages, current_tokens, focus_topic, force, memory_context, keep_last
             ),
+            key=(focus_topic, force, memory_context, keep_last),
         )
 
     def _compress_once(

@@ -732,6 +732,7 @@ class LosslessEngine(ContextEngine):
         return self._gate.run(
             messages,
             lambda: self._compress_once(messages, focus_topic, force, memory_context, keep_last),
+            key=(focus_topic, force, memory_context, keep_last),
         )
 
     def _compress_once(
