@@ -263,12 +263,13 @@ def test_blank_user_echoes_are_dropped_from_the_pruned_region() -> None:
         user(""),
         user([{"type": "text", "text": "   "}]),
         assistant("Listed the files."),
+        user("Thanks, now count them."),
     ]
     pruned = prune_region(region)
     assert pruned.dropped == [2, 3]
-    assert [m["role"] for m in pruned.kept()] == ["assistant", "tool", "assistant"]
-    history = [system(), user("List the files."), *region, user("Thanks, now count them.")]
-    history.append(assistant("There are 12."))
+    assert [m["role"] for m in pruned.kept()] == ["assistant", "tool", "assistant", "user"]
+    history = [system(), user("List the files."), *region, assistant("There are 12.")]
+    history.append(user("And the hidden ones?"))
     engine = ContextCompressor(
         context_length=32_000, model="gpt-4o", protect_first_n=1, protect_last_n=2
     )
@@ -276,3 +277,10 @@ def test_blank_user_echoes_are_dropped_from_the_pruned_region() -> None:
     assert not any(m["role"] == "user" and not m["content"] for m in compacted)
     assert len(compacted) < len(history)
     validate_messages(compacted)
+
+
+def test_a_blank_user_message_with_no_user_text_after_it_is_kept() -> None:
+    # Dropping it could leave a request with no user message at all, which
+    # some providers refuse (found by benchmarks/reliability/sessions.py).
+    region = [user(""), call(("c1", "bash", {"command": "ls"})), result("c1", "a\nb")]
+    assert prune_region(region).dropped == []

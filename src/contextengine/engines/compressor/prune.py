@@ -342,9 +342,24 @@ def prune_region(
     first_seen: dict[str, tuple[str, str]] = {}
     out = list(region)
     result = PruneResult(messages=out)
+    # A blank user message is dropped only when a user message with text comes
+    # after it in the region: the latest one stays, or a request could be left
+    # with no user message at all (found by benchmarks/reliability/sessions.py).
+    spoken_after = [False] * len(region)
+    spoken = False
+    for index in range(len(region) - 1, -1, -1):
+        spoken_after[index] = spoken
+        msg = region[index]
+        if msg.get("role") == "user" and not _is_blank(msg.get("content")):
+            spoken = True
     for index, msg in enumerate(region):
         role = msg.get("role")
-        if role == "user" and _is_blank(msg.get("content")) and not msg.get("tool_calls"):
+        if (
+            role == "user"
+            and spoken_after[index]
+            and _is_blank(msg.get("content"))
+            and not msg.get("tool_calls")
+        ):
             result.dropped.append(index)
             continue
         content, images = _without_images(msg.get("content"))
