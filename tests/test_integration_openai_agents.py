@@ -36,7 +36,8 @@ from contextengine.integrations.openai_agents import (
     context_filter,
     engine_tools,
 )
-from contextengine.testing import ScriptedOpenAIServer
+from contextengine.testing import RecordingEngine, ScriptedOpenAIServer
+from contextengine.tokens import count_message_tokens
 from pg_support import pg_store
 
 CODE = "ZX-4471"
@@ -174,6 +175,48 @@ def test_runs_on_one_session_compact_answer_lcm_grep_and_archive_every_item(
     again = ArchiveSession("chat-1", store=tmp_path / "sessions.db")
     assert asyncio.run(again.get_items()) == items
     again.close()
+
+
+def test_each_model_call_runs_the_hooks_in_order_with_the_real_usage(
+    server: ScriptedOpenAIServer,
+) -> None:
+    engine = RecordingEngine()
+    compaction = context_filter(engine, session_id="rec", context_length=100_000)
+    agent = _agent(server, compaction)
+    session = ArchiveSession("rec", store=":memory:")
+    asyncio.run(_run(agent, "please read a.py", session, compaction))
+    first, second = server.requests
+    assert first["messages"] == [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "please read a.py"},
+    ]
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": second["messages"][-2]["tool_calls"][0]["id"],
+        "content": _file_text("a.py"),
+    }
+    skip = {
+        "should_compress_preflight",
+        "should_compress",
+        "get_tool_schemas",
+        "update_model",
+        "should_defer_preflight_to_real_usage",
+        "prune_tool_results_only",
+    }
+    assert engine.hook_names(skip=skip) == [
+        "on_session_start",
+        "select_context",
+        "update_from_response",
+        "select_context",
+        "update_from_response",
+        "on_turn_complete",
+    ]
+    usage = engine.calls_to("update_from_response")[-1]["usage"]
+    assert usage["prompt_tokens"] == count_message_tokens(second["messages"], "gpt-4o")
+    finished = engine.calls_to("on_turn_complete")[0]["messages"]
+    assert [m["role"] for m in finished] == ["system", "user", "assistant", "tool", "assistant"]
+    assert _text(finished[-1]).startswith("Done")
+    session.close()
 
 
 def test_pop_and_clear_leave_the_archive_whole(server: ScriptedOpenAIServer) -> None:
