@@ -7,6 +7,7 @@ agent's own, and later searches the archive with ``lcm_grep``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -191,6 +192,29 @@ def test_each_model_call_runs_the_hooks_in_order_and_records_the_real_usage(
     )
     finished = engine.calls_to("on_turn_complete")[0]["messages"]
     assert [m["role"] for m in finished] == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_a_streamed_async_run_goes_through_the_middleware_too(
+    server: ScriptedOpenAIServer,
+) -> None:
+    engine = RecordingEngine()
+    middleware = ContextEngineMiddleware(engine, context_length=100_000)
+    model = ChatOpenAI(
+        model="gpt-4o", base_url=server.base_url, api_key="test", max_retries=0, stream_usage=True
+    )
+    agent = create_agent(model, tools=[read_file], system_prompt="Hi.", middleware=[middleware])
+
+    async def run() -> list[Any]:
+        message = {"messages": [HumanMessage("please read a.py")]}
+        return [chunk async for chunk in agent.astream(message, stream_mode="messages")]
+
+    chunks = asyncio.run(run())
+    assert chunks
+    assert [r["stream"] for r in server.requests] == [True, True]
+    usages = [c["usage"]["prompt_tokens"] for c in engine.calls_to("update_from_response")]
+    assert usages == [count_message_tokens(r["messages"], "gpt-4o") for r in server.requests]
+    assert len(engine.calls_to("on_turn_complete")) == 1
+    assert middleware.host_for() is not None  # no thread_id: the "default" thread
 
 
 def test_threads_get_their_own_engine_and_session(server: ScriptedOpenAIServer) -> None:

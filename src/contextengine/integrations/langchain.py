@@ -161,9 +161,13 @@ class _Thread:
         if answer is None:
             return
         usage = _usage_of(answer)
-        self.host.record_response(usage)
+        if usage:
+            # No usage (a stream without stream_usage): zeros would tell the engine
+            # the context is empty; the host's own counts serve instead.
+            self.host.record_response(usage)
         if not answer.tool_calls:
-            self.host.end_turn([*self.host.history, *(to_openai(m) for m in produced)], usage)
+            finished = [*self.host.history, *(to_openai(m) for m in produced)]
+            self.host.end_turn(finished, usage or None)
 
 
 def _schema_of(tool: Any) -> dict[str, Any] | None:

@@ -64,7 +64,7 @@ def _usage_of(response: Any) -> dict[str, Any]:
     """A model response's usage, Responses-shaped (what ``normalize_usage`` reads)."""
     usage = getattr(response, "usage", None)
     if usage is None:
-        return {}
+        return {"input_tokens": 0, "output_tokens": 0}
     details = getattr(usage, "input_tokens_details", None)
     out_details = getattr(usage, "output_tokens_details", None)
     return {
@@ -175,7 +175,10 @@ class ContextFilter:
         self._answer = items_to_messages(
             [item.model_dump(exclude_unset=True) for item in getattr(response, "output", [])]
         )
-        await self.host.record_response(self._usage)
+        if self._usage["input_tokens"] or self._usage["output_tokens"]:
+            # A response without usage: zeros would tell the engine the context
+            # is empty; the host's own counts serve instead.
+            await self.host.record_response(self._usage)
 
     async def _end_turn(self) -> None:
         await self._start()
