@@ -152,6 +152,51 @@ def test_a_long_run_compacts_and_lcm_grep_finds_what_left_the_context(
     assert host is not None and host.session_id == "t-1"
 
 
+def test_the_compressor_compacts_its_own_history_and_the_state_keeps_everything(
+    server: ScriptedOpenAIServer,
+) -> None:
+    events: list[Any] = []
+    middleware = ContextEngineMiddleware(
+        "compressor", context_length=4_000, observers=[events.append], protect_last_n=4
+    )
+    assert middleware.tools == []  # no archive, no tools
+    agent = _agent(server, middleware)
+    config = {"configurable": {"thread_id": "c"}}
+    files = [f"m{i}.py" for i in range(8)]
+    for name in files:
+        agent.invoke({"messages": [HumanMessage(f"please read {name}")]}, config)
+    assert [e for e in events if isinstance(e, CompactionEvent) and e.level == "info"]
+    sizes = [count_message_tokens(r["messages"], "gpt-4o") for r in server.requests]
+    assert max(sizes) <= 4_000
+    state = agent.get_state(config).values["messages"]
+    assert len(state) == 4 * len(files)
+    assert [m.content for m in state if isinstance(m, ToolMessage)] == [
+        _file_text(n) for n in files
+    ]
+    # The host kept its compacted history between calls instead of compacting
+    # the whole state again each time.
+    host = middleware.host_for("c")
+    assert host is not None and len(host.history) < len(state)
+    assert host.status()["compression_count"] == len(
+        [e for e in events if isinstance(e, CompactionEvent) and e.level == "info"]
+    )
+
+
+def test_a_thread_rewound_to_an_earlier_checkpoint_sends_that_checkpoint_s_messages(
+    server: ScriptedOpenAIServer,
+) -> None:
+    middleware = ContextEngineMiddleware("lcm", context_length=50_000, store=":memory:")
+    agent = _agent(server, middleware)
+    config: dict[str, Any] = {"configurable": {"thread_id": "r"}}
+    agent.invoke({"messages": [HumanMessage("please read a.py")]}, config)
+    after_first = agent.get_state(config).config
+    agent.invoke({"messages": [HumanMessage("please read b.py")]}, config)
+    # Time travel: continue from the checkpoint after the first turn.
+    agent.invoke({"messages": [HumanMessage("please read c.py")]}, after_first)
+    sent = [_text(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
+    assert sent == ["please read a.py", "please read c.py"]
+
+
 def test_each_model_call_runs_the_hooks_in_order_and_records_the_real_usage(
     server: ScriptedOpenAIServer,
 ) -> None:

@@ -219,6 +219,25 @@ def test_each_model_call_runs_the_hooks_in_order_with_the_real_usage(
     session.close()
 
 
+def test_input_that_no_longer_extends_the_last_call_starts_a_new_engine_session(
+    server: ScriptedOpenAIServer,
+) -> None:
+    engine = RecordingEngine()
+    compaction = context_filter(engine, session_id="chat", context_length=100_000)
+    agent = _agent(server, compaction)
+    first = ArchiveSession("chat", store=":memory:")
+    asyncio.run(_run(agent, "please read a.py", first, compaction))
+    # The same filter on another session: the conversation branched.
+    asyncio.run(
+        _run(agent, "please read b.py", ArchiveSession("other", store=":memory:"), compaction)
+    )
+    users = [_text(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
+    assert users == ["please read b.py"]
+    starts = engine.calls_to("on_session_start")
+    assert [s["session_id"] for s in starts] == ["chat", "chat~1"]
+    assert "on_session_reset" in engine.hook_names()
+
+
 def test_pop_and_clear_leave_the_archive_whole(server: ScriptedOpenAIServer) -> None:
     session = ArchiveSession("s", store=":memory:")
     agent = _agent(server, None)

@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("langchain", "contextengine.integrations.langchain", exc) from exc
 
 from contextengine.integrations._langchain_messages import from_openai, to_openai
+from contextengine.integrations._tracking import SeenHistory
 
 __all__ = ["ContextEngineMiddleware"]
 
@@ -118,8 +119,7 @@ class _Thread:
     """One conversation thread: its host and what the host has seen of the state."""
 
     host: ContextHost
-    #: The state's messages (system prompt first), in OpenAI format, at the last model call.
-    seen: list[Message] | None = None
+    seen: SeenHistory
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
@@ -129,18 +129,16 @@ class _Thread:
             state.insert(0, request.system_message)
         converted = [to_openai(m) for m in state]
         by_id = {m.id: (m, c) for m, c in zip(state, converted, strict=True) if m.id}
-        seen = self.seen
         host = self.host
-        if seen is not None and converted[: len(seen)] == seen:
-            added = converted[len(seen) :]
-            working = [*host.history, *added]
-        else:  # first call, or the state no longer extends what the host saw
-            added, working = converted, converted
-        if added and added[-1]["role"] == "tool":
+        system = converted[0] if request.system_message is not None else None
+        step = self.seen.step(host.history, system, converted[1:] if system else converted)
+        if step.restart is not None:
+            host.reset_session(step.restart, host.history)
+        working = step.working
+        if step.added and step.added[-1]["role"] == "tool":
             working = host.after_tool_calls(working)
         schemas = [_schema_of(tool) for tool in request.tools]
         view = host.prepare_request(working, tools=[s for s in schemas if s])
-        self.seen = converted
         lc_view: list[Any] = []  # AnyMessage, the union ModelRequest declares
         for message in view:
             key = message.get("id")
@@ -275,7 +273,7 @@ class ContextEngineMiddleware(AgentMiddleware):
                 observers=self._observers,
             )
             host.start_session(thread_id)
-            found = self._threads[thread_id] = _Thread(host)
+            found = self._threads[thread_id] = _Thread(host, SeenHistory(thread_id))
             return found
 
     def host_for(self, thread_id: str = DEFAULT_THREAD) -> ContextHost | None:

@@ -49,10 +49,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("openai-agents", "contextengine.integrations.openai_agents", exc) from exc
 
 from contextengine.integrations._agents_items import (
+    ITEMS_KEY,
     items_to_messages,
     messages_to_items,
-    strip_items,
 )
+from contextengine.integrations._tracking import SeenHistory
 from contextengine.integrations.openai_agents_session import ArchiveSession
 
 __all__ = ["ArchiveSession", "ContextFilter", "context_filter", "engine_tools"]
@@ -129,7 +130,7 @@ class ContextFilter:
         )
         self.session_id = session_id
         self._started = False
-        self._seen: list[Message] | None = None
+        self._seen = SeenHistory(session_id)
         self._usage: dict[str, Any] | None = None
         self._answer: list[Message] = []
         #: Pass as ``Runner.run(..., hooks=...)`` for usage and turn ends.
@@ -149,25 +150,26 @@ class ContextFilter:
         head: list[Message] = (
             [{"role": "system", "content": instructions}] if instructions is not None else []
         )
-        converted = [*head, *items_to_messages(list(model_data.input))]
-        seen = self._seen
-        if seen is not None and converted[: len(seen)] == seen:
-            added = converted[len(seen) :]
-            working = [*self.host.history, *added]
-        else:  # the first call, or input that no longer extends the last one
-            added, working = converted, converted
-        if added and added[-1]["role"] == "tool":
-            working = await self.host.after_tool_calls(working)
+        body = items_to_messages(list(model_data.input))
+        host = self.host
+        step = self._seen.step(host.history, head[0] if head else None, body)
+        if step.restart is not None:
+            await host.reset_session(step.restart, host.history)
+        working = step.working
+        if step.added and step.added[-1]["role"] == "tool":
+            working = await host.after_tool_calls(working)
         tools = [s for s in (_schema_of(t) for t in getattr(data.agent, "tools", [])) if s]
         view = await self.host.prepare_request(working, tools=tools)
-        self._seen = converted
-        if view and view[0].get("role") == "system":
-            first = strip_items(view[0])
-            if instructions is not None and first == head[0]:
+        # The instructions, or a system prompt the engine wrote, go back as the
+        # instructions; a system message of the input's own stays an item.
+        if view and view[0].get("role") == "system" and ITEMS_KEY not in view[0]:
+            content = view[0].get("content")
+            if instructions is not None and view[0] == head[0]:
                 view = view[1:]
-            elif isinstance(first.get("content"), str) and not first.get("tool_calls"):
-                instructions, view = first["content"], view[1:]
-        return ModelInputData(input=messages_to_items(view), instructions=instructions)  # type: ignore[arg-type]  # plain dicts of the item shapes
+            elif isinstance(content, str):
+                instructions, view = content, view[1:]
+        items = messages_to_items(view)
+        return ModelInputData(input=items, instructions=instructions)  # type: ignore[arg-type,unused-ignore]  # plain dicts of the item shapes
 
     async def _record(self, response: Any) -> None:
         await self._start()
