@@ -130,8 +130,8 @@ class _Thread:
         converted = [to_openai(m) for m in state]
         by_id = {m.id: (m, c) for m, c in zip(state, converted, strict=True) if m.id}
         host = self.host
-        system = converted[0] if request.system_message is not None else None
-        step = self.seen.step(host.history, system, converted[1:] if system else converted)
+        head = converted[0] if request.system_message is not None else None
+        step = self.seen.step(host.history, head, converted[1:] if head else converted)
         if step.restart is not None:
             host.reset_session(step.restart, host.history)
         working = step.working
