@@ -197,6 +197,32 @@ def test_a_thread_rewound_to_an_earlier_checkpoint_sends_that_checkpoint_s_messa
     assert sent == ["please read a.py", "please read c.py"]
 
 
+def test_a_context_overflow_from_the_provider_compacts_and_retries_once(
+    server: ScriptedOpenAIServer,
+) -> None:
+    events: list[Any] = []
+    middleware = ContextEngineMiddleware(
+        "lcm", context_length=50_000, store=":memory:", observers=[events.append]
+    )
+    agent = _agent(server, middleware)
+    config = {"configurable": {"thread_id": "o"}}
+    for name in ("a.py", "b.py", "c.py", "d.py"):
+        agent.invoke({"messages": [HumanMessage(f"please read {name}")]}, config)
+    overflow = {
+        "error": {
+            "message": "This model's maximum context length is 8192 tokens.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
+    server.add_error(400, overflow)
+    result = agent.invoke({"messages": [HumanMessage("please read e.py")]}, config)
+    assert result["messages"][-1].content.startswith("Done")
+    failed, retried = server.requests[-3], server.requests[-2]
+    assert count_message_tokens(retried["messages"]) < count_message_tokens(failed["messages"])
+    assert any(isinstance(e, CompactionEvent) and e.phase == "overflow" for e in events)
+
+
 def test_each_model_call_runs_the_hooks_in_order_and_records_the_real_usage(
     server: ScriptedOpenAIServer,
 ) -> None:

@@ -55,6 +55,7 @@ from contextengine.errors import ConfigError
 from contextengine.events import Observer
 from contextengine.host import ContextHost
 from contextengine.integrations._extras import missing_extra
+from contextengine.overflow import is_context_overflow_error
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -121,6 +122,9 @@ class _Thread:
     host: ContextHost
     seen: SeenHistory
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The last request's tool schemas and the state's messages by id, for a retry.
+    _schemas: list[dict[str, Any]] = field(default_factory=list)
+    _by_id: dict[str, tuple[BaseMessage, Message]] = field(default_factory=dict)
 
     def prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The request to send: the host's view of the state, as LangChain messages."""
@@ -137,12 +141,29 @@ class _Thread:
         working = step.working
         if step.added and step.added[-1]["role"] == "tool":
             working = host.after_tool_calls(working)
-        schemas = [_schema_of(tool) for tool in request.tools]
-        view = host.prepare_request(working, tools=[s for s in schemas if s])
+        self._schemas = [s for s in (_schema_of(tool) for tool in request.tools) if s]
+        self._by_id = by_id
+        return self._request(request, host.prepare_request(working, tools=self._schemas))
+
+    def after_overflow(self, request: ModelRequest[Any]) -> ModelRequest[Any] | None:
+        """After the provider said the request was too long: a compacted one, or None.
+
+        ``handle_overflow`` compacts (forced); None when it freed nothing, and
+        a retry would fail the same way.
+        """
+        host = self.host
+        before = host.history
+        history = host.handle_overflow(before)
+        if history is before:
+            return None
+        return self._request(request, host.prepare_request(history, tools=self._schemas))
+
+    def _request(self, request: ModelRequest[Any], view: list[Message]) -> ModelRequest[Any]:
+        """``request`` sending ``view``, as LangChain messages."""
         lc_view: list[Any] = []  # AnyMessage, the union ModelRequest declares
         for message in view:
             key = message.get("id")
-            original = by_id.get(key) if isinstance(key, str) else None
+            original = self._by_id.get(key) if isinstance(key, str) else None
             # The state's own object when the engine sent it unchanged: nothing is
             # lost, not even a tool artifact that is not JSON.
             lc_view.append(
@@ -181,10 +202,11 @@ class ContextEngineMiddleware(AgentMiddleware):
 
     ``engine`` is an engine name (loaded with :func:`~contextengine.load_engine`
     once per thread, with ``engine_options``), a factory called with the
-    thread id, or one :class:`~contextengine.ContextEngine` instance, which
-    can serve one thread only (a second thread is a
-    :class:`~contextengine.errors.ConfigError`). ``context_length`` is the
-    model's window; None takes it from the chat model's profile
+    thread id (first with ``"default"`` at construction, to read the
+    engine's tools: that engine serves thread ``"default"``), or one
+    :class:`~contextengine.ContextEngine` instance, which can serve one
+    thread only (a second thread is a :class:`~contextengine.errors.ConfigError`).
+    ``context_length`` is the model's window; None takes it from the chat model's profile
     (``max_input_tokens``). ``store`` is the archive (a path,
     ``":memory:"``, a ``sqlite:///`` or ``postgresql://`` URL, or a
     ``Store``): lcm's ``store=``, the compressor's ``archive=``. ``model`` names
@@ -257,7 +279,9 @@ class ContextEngineMiddleware(AgentMiddleware):
             chat_model = request.model if request is not None else None
             model = self._model or str(getattr(chat_model, "model_name", "") or "")
             context_length = self._context_length or _profile_window(chat_model)
-            if self._spare is not None:
+            spec = self._spec
+            # A factory's engine is its thread's: the one built for the tools is "default"'s.
+            if self._spare is not None and (not _is_factory(spec) or thread_id == DEFAULT_THREAD):
                 engine, self._spare = self._spare, None
             elif isinstance(self._spec, ContextEngine):
                 raise ConfigError(
@@ -289,11 +313,25 @@ class ContextEngineMiddleware(AgentMiddleware):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> Any:
-        """Called by the agent around every model call: send the host's view, record the answer."""
+        """Called by the agent around every model call: send the host's view, record the answer.
+
+        A provider error saying the request was too long
+        (:func:`~contextengine.is_context_overflow_error`) compacts (forced) and
+        retries once; any other error goes to the agent as it came.
+        """
         thread = self._thread(request)
         with thread.lock:
             prepared = thread.prepare(request)
-        response = handler(prepared)
+        try:
+            response = handler(prepared)
+        except Exception as exc:
+            if not is_context_overflow_error(exc):
+                raise
+            with thread.lock:
+                retry = thread.after_overflow(request)
+            if retry is None:
+                raise
+            response = handler(retry)  # once: a second overflow is the caller's
         with thread.lock:
             thread.record(response)
         return response
@@ -306,7 +344,15 @@ class ContextEngineMiddleware(AgentMiddleware):
         """:meth:`wrap_model_call` for async agents; the host's work runs in a worker thread."""
         thread = self._thread(request)
         prepared = await asyncio.to_thread(_locked, thread, thread.prepare, request)
-        response = await handler(prepared)
+        try:
+            response = await handler(prepared)
+        except Exception as exc:
+            if not is_context_overflow_error(exc):
+                raise
+            retry = await asyncio.to_thread(_locked, thread, thread.after_overflow, request)
+            if retry is None:
+                raise
+            response = await handler(retry)
         await asyncio.to_thread(_locked, thread, thread.record, response)
         return response
 
@@ -336,6 +382,10 @@ class ContextEngineMiddleware(AgentMiddleware):
         thread = self._thread(None)
         with thread.lock:
             return thread.host.handle_tool_call(name, arguments)
+
+
+def _is_factory(spec: EngineSpec) -> bool:
+    return callable(spec) and not isinstance(spec, str | ContextEngine)
 
 
 def _locked(thread: _Thread, fn: Callable[[Any], Any], argument: Any) -> Any:
