@@ -177,6 +177,42 @@ def test_runs_on_one_session_compact_answer_lcm_grep_and_archive_every_item(
     again.close()
 
 
+def test_the_compressor_keeps_every_request_in_the_window_over_many_runs(
+    server: ScriptedOpenAIServer,
+) -> None:
+    events: list[Any] = []
+    compaction = context_filter(
+        "compressor",
+        session_id="c",
+        context_length=4_000,
+        observers=[events.append],
+        protect_last_n=4,
+    )
+    assert compaction.tools() == []  # no archive, no tools
+    agent = _agent(server, compaction)
+    session = ArchiveSession("c", store=":memory:")
+    files = [f"m{i}.py" for i in range(8)]
+
+    async def scenario() -> None:
+        for name in files:
+            await _run(agent, f"please read {name}", session, compaction)
+
+    asyncio.run(scenario())
+    assert [e for e in events if isinstance(e, CompactionEvent) and e.level == "info"]
+    sizes = [count_message_tokens(r["messages"], "gpt-4o") for r in server.requests]
+    assert max(sizes) <= 4_000
+    # The instructions are sent as they are, first, on every call.
+    assert all(
+        r["messages"][0] == {"role": "system", "content": "You are a coding agent."}
+        for r in server.requests
+    )
+    items = asyncio.run(session.get_items())
+    outputs = [i["output"] for i in items if i.get("type") == "function_call_output"]
+    assert outputs == [_file_text(n) for n in files]
+    assert len(compaction.host.history) < len(items)
+    session.close()
+
+
 def test_each_model_call_runs_the_hooks_in_order_with_the_real_usage(
     server: ScriptedOpenAIServer,
 ) -> None:
