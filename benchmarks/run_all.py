@@ -140,6 +140,16 @@ def _existing_sections(page: Path) -> dict[str, str]:
     return found
 
 
+def _existing_notes(page: Path) -> str:
+    """The hand-written paragraphs between the machine table and the first section."""
+    if not page.exists():
+        return ""
+    head = page.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    lines = head.splitlines()
+    table_end = max((i for i, line in enumerate(lines) if line.startswith("|")), default=-1)
+    return "\n".join(lines[table_end + 1 :]).strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes where supported")
@@ -150,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     # With --only, the other sections of the existing page are kept as they are.
     kept = _existing_sections(Path(args.output)) if args.only and args.output != "-" else {}
+    notes = _existing_notes(Path(args.output)) if args.only and args.output != "-" else ""
     sections = []
     for name, title, full, quick in BENCHMARKS:
         if (name, title, full, quick) not in chosen:
@@ -160,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             arguments = quick if args.quick else full
             text, seconds = run_benchmark(name, quick=args.quick, arguments=arguments)
-            sections.append(f"## {title}\n\n_`benchmarks/{name}.py`, {seconds:.1f} s_\n\n{text}\n")
+            ran = datetime.now(UTC)
+            sections.append(
+                f"## {title}\n\n_`benchmarks/{name}.py`, {seconds:.1f} s, "
+                f"finished {ran:%Y-%m-%d %H:%M} UTC_\n\n{text}\n"
+            )
         except Exception as exc:
             failed += name not in OPTIONAL
             traceback.print_exc()
@@ -180,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
         *[f"| {what} | {value} |" for what, value in machine()],
         "",
+        *([notes, ""] if notes else []),
     ]
     page = "\n".join(header) + "\n" + "\n".join(sections)
     if args.output == "-":

@@ -268,7 +268,7 @@ def _svg(points: Sequence[Point], recorded: Point, baseline_cost: float) -> str:
         parts.append(
             f'<line x1="{x(cost):.1f}" x2="{x(cost):.1f}" y1="{top}" y2="{height - bottom}" '
             f'stroke="{colour}" stroke-dasharray="5 4"/>'
-            f'<text x="{x(cost) - 3:.1f}" y="{top - 8}" fill="{colour}" '
+            f'<text x="{x(cost) - 3:.1f}" y="{height - bottom - 6}" fill="{colour}" '
             f'text-anchor="end">{name}</text>'
         )
     colours = {"compressor": "#1f77b4", "lcm": "#2ca02c"}
