@@ -37,8 +37,26 @@ def proxy(upstream: ScriptedOpenAIServer, **settings: Any) -> Iterator[Any]:
 
     factory = settings.pop("host_factory", None)
     options = {"engine": "lcm", "store": ":memory:", "context_length": 128_000, **settings}
-    with ProxyServer(ServeSettings(upstream=upstream.base_url, **options), host_factory=factory) as px:
-        yield px
+    settings_ = ServeSettings(upstream=upstream.base_url, **options)
+    try:
+        with ProxyServer(settings_, host_factory=factory) as px:
+            yield px
+    finally:
+        close_clients()
+
+
+_OPEN: list[Any] = []
+
+
+def opened(client: Any) -> Any:
+    """Register an SDK client to be closed when the test's proxy stops (no stray sockets)."""
+    _OPEN.append(client)
+    return client
+
+
+def close_clients() -> None:
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def filler(turn: int, words: int = 40) -> str:

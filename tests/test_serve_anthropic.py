@@ -9,7 +9,7 @@ import pytest
 from contextengine import from_anthropic, validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
-from tests.serve_support import FACT, SYSTEM, filler, need, proxy, tool_results
+from tests.serve_support import opened, FACT, SYSTEM, filler, need, proxy, tool_results
 
 WEATHER = {
     "name": "get_weather",
@@ -20,7 +20,7 @@ WEATHER = {
 
 def _client(px: Any, key: str = "sk-ant-client") -> Any:
     anthropic = need("anthropic")
-    return anthropic.Anthropic(base_url=px.url, api_key=key, max_retries=0, timeout=30)
+    return opened(anthropic.Anthropic(base_url=px.url, api_key=key, max_retries=0, timeout=30))
 
 
 def _ask(client: Any, history: list[dict[str, Any]], **kwargs: Any) -> tuple[Any, Any]:

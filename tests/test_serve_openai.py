@@ -15,7 +15,7 @@ from contextengine import validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
 from contextengine.window import count_schemas
-from tests.serve_support import FACT, SYSTEM, filler, need, proxy
+from tests.serve_support import opened, FACT, SYSTEM, filler, need, proxy
 
 WEATHER_TOOL = {
     "type": "function",
@@ -29,7 +29,7 @@ WEATHER_TOOL = {
 
 def _client(px: Any, key: str = "sk-client-a") -> Any:
     openai = need("openai")
-    return openai.OpenAI(base_url=px.base_url, api_key=key, max_retries=0, timeout=30)
+    return opened(openai.OpenAI(base_url=px.base_url, api_key=key, max_retries=0, timeout=30))
 
 
 def _chat(client: Any, history: list[dict[str, Any]], **kwargs: Any) -> tuple[Any, Any]:
