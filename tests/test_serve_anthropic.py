@@ -32,9 +32,10 @@ def _ask(client: Any, history: list[dict[str, Any]], **kwargs: Any) -> tuple[Any
 
 def test_a_long_conversation_is_compacted_and_an_lcm_round_finds_the_old_message() -> None:
     window = 3_000
-    with ScriptedOpenAIServer(default_reply="Noted.") as upstream, proxy(
-        upstream, context_length=window
-    ) as px:
+    with (
+        ScriptedOpenAIServer(default_reply="Noted.") as upstream,
+        proxy(upstream, context_length=window) as px,
+    ):
         client = _client(px)
         history: list[dict[str, Any]] = [{"role": "user", "content": FACT}]
         compactions = 0
@@ -51,7 +52,9 @@ def test_a_long_conversation_is_compacted_and_an_lcm_round_finds_the_old_message
             assert count_message_tokens(sent) <= window
 
         history[-1] = {"role": "user", "content": "What was the staging deploy key?"}
-        upstream.add_reply(None, tool_calls=[{"name": "lcm_grep", "arguments": {"query": "deploy key"}}])
+        upstream.add_reply(
+            None, tool_calls=[{"name": "lcm_grep", "arguments": {"query": "deploy key"}}]
+        )
         upstream.add_reply("It is ZEBRA-4417-QUOKKA.")
         answer, headers = _ask(client, history)
         assert [block.type for block in answer.content] == ["text"]
@@ -126,7 +129,9 @@ def test_a_streamed_mixed_answer_shows_the_client_only_its_own_call() -> None:
         ]
 
 
-def test_cache_breakpoints_sit_on_the_system_prompt_and_the_last_message_and_the_prefix_holds() -> None:
+def test_cache_breakpoints_sit_on_the_system_prompt_and_the_last_message_and_the_prefix_holds() -> (
+    None
+):
     with ScriptedOpenAIServer(default_reply="Fine.") as upstream, proxy(upstream) as px:
         client = _client(px)
         history: list[dict[str, Any]] = []

@@ -42,9 +42,10 @@ def _chat(client: Any, history: list[dict[str, Any]], **kwargs: Any) -> tuple[An
 @pytest.mark.parametrize("engine", ["lcm", "compressor"])
 def test_a_long_conversation_is_compacted_and_every_request_fits_the_window(engine: str) -> None:
     window = 3_000
-    with ScriptedOpenAIServer(default_reply="Noted.") as upstream, proxy(
-        upstream, engine=engine, context_length=window
-    ) as px:
+    with (
+        ScriptedOpenAIServer(default_reply="Noted.") as upstream,
+        proxy(upstream, engine=engine, context_length=window) as px,
+    ):
         client = _client(px)
         history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
         compactions = 0
@@ -86,7 +87,9 @@ def test_an_lcm_tool_call_is_answered_by_the_proxy_and_the_client_sees_only_the_
         client = _client(px)
         history = _long_chat_with_fact(client, upstream)
         history.append({"role": "user", "content": "What was the staging deploy key?"})
-        upstream.add_reply(None, tool_calls=[{"name": "lcm_grep", "arguments": {"query": "deploy key staging"}}])
+        upstream.add_reply(
+            None, tool_calls=[{"name": "lcm_grep", "arguments": {"query": "deploy key staging"}}]
+        )
         upstream.add_reply("It is ZEBRA-4417-QUOKKA.")
         answer, headers = _chat(client, history)
 
@@ -146,10 +149,7 @@ def test_a_response_mixing_engine_and_client_calls_loses_neither(stream: bool) -
                 )
             )
             calls = [
-                call
-                for c in chunks
-                if c.choices
-                for call in c.choices[0].delta.tool_calls or []
+                call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []
             ]
             assert {call.index for call in calls} == {0}
             assert [call.id for call in calls if call.id] == ["call_client"]
@@ -189,7 +189,10 @@ def test_a_response_mixing_engine_and_client_calls_loses_neither(stream: bool) -
 
 @pytest.mark.parametrize("engine", ["lcm", "compressor"])
 def test_the_request_prefix_is_byte_stable_between_turns(engine: str) -> None:
-    with ScriptedOpenAIServer(default_reply="Fine.") as upstream, proxy(upstream, engine=engine) as px:
+    with (
+        ScriptedOpenAIServer(default_reply="Fine.") as upstream,
+        proxy(upstream, engine=engine) as px,
+    ):
         client = _client(px)
         history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
         for turn in range(4):
@@ -203,8 +206,9 @@ def test_the_request_prefix_is_byte_stable_between_turns(engine: str) -> None:
             # closing "]}", is the start of the next one, byte for byte.
             assert before.endswith("]}")
             assert after.startswith(before[:-2])
-            assert json.loads(after)["messages"][: len(json.loads(before)["messages"])] == (
-                json.loads(before)["messages"]
+            assert (
+                json.loads(after)["messages"][: len(json.loads(before)["messages"])]
+                == (json.loads(before)["messages"])
             )
 
 
@@ -216,9 +220,7 @@ def test_a_client_tool_named_like_an_engine_tool_is_the_clients() -> None:
     with ScriptedOpenAIServer() as upstream, proxy(upstream) as px:
         client = _client(px)
         upstream.add_reply("", tool_calls=[{"id": "c1", "name": "lcm_grep", "arguments": {}}])
-        answer, _ = _chat(
-            client, [{"role": "user", "content": "search"}], tools=[mine]
-        )
+        answer, _ = _chat(client, [{"role": "user", "content": "search"}], tools=[mine])
         assert [c.id for c in answer.choices[0].message.tool_calls] == ["c1"]
         names = [t["function"]["name"] for t in upstream.requests[-1]["tools"]]
         assert names.count("lcm_grep") == 1

@@ -86,8 +86,11 @@ def test_without_a_key_the_first_messages_name_the_session() -> None:
         upstream.add_reply("Done.")
         client.chat.completions.create(
             model="gpt-4o",
-            messages=[*first, {"role": "assistant", "content": "Noted."},
-                      {"role": "user", "content": "Code?"}],
+            messages=[
+                *first,
+                {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": "Code?"},
+            ],
         )
         assert "8812" in upstream.requests[-1]["messages"][-1]["content"]
         # Another conversation (another first message) is another session.
@@ -96,9 +99,10 @@ def test_without_a_key_the_first_messages_name_the_session() -> None:
 
 def test_with_an_api_key_a_client_without_it_is_refused() -> None:
     openai = need("openai")
-    with ScriptedOpenAIServer(default_reply="Hi.") as upstream, proxy(
-        upstream, api_key="proxy-key", upstream_api_key="sk-upstream"
-    ) as px:
+    with (
+        ScriptedOpenAIServer(default_reply="Hi.") as upstream,
+        proxy(upstream, api_key="proxy-key", upstream_api_key="sk-upstream") as px,
+    ):
         with pytest.raises(openai.AuthenticationError) as caught:
             _openai(px, "wrong-key").chat.completions.create(
                 model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
@@ -136,9 +140,10 @@ def test_logs_at_the_default_level_hold_no_key_and_no_message_text(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    with ScriptedOpenAIServer(default_reply="Hi.") as upstream, proxy(
-        upstream, upstream_api_key="sk-upstream-secret", context_length=3_000
-    ) as px:
+    with (
+        ScriptedOpenAIServer(default_reply="Hi.") as upstream,
+        proxy(upstream, upstream_api_key="sk-upstream-secret", context_length=3_000) as px,
+    ):
         client = _openai(px, "sk-client-secret", **{"X-Context-Session": "session-name-77"})
         history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
         for turn in range(12):

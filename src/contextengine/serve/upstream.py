@@ -100,6 +100,10 @@ class HttpUpstream:
                     content,
                     response.headers.get("content-type", "application/json"),
                 )
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raise MalformedUpstreamError(
+                    "a streamed request got an answer that is not a stream"
+                )
             name: str | None = None
             async for line in response.aiter_lines():
                 if line.startswith("event:"):
