@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
+from tests.serve_support import FACT, SYSTEM, filler, need, opened, proxy, tool_results
 
 from contextengine import from_anthropic, validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
-from tests.serve_support import opened, FACT, SYSTEM, filler, need, proxy, tool_results
 
 WEATHER = {
     "name": "get_weather",
@@ -151,7 +152,7 @@ def test_cache_breakpoints_sit_on_the_system_prompt_and_the_last_message_and_the
             ]
             assert marked == []
         texts = [r.text for r in upstream.recorded if r.path.endswith("/messages")]
-        for before, after in zip(texts, texts[1:], strict=False):
+        for before, after in pairwise(texts):
             # Byte for byte up to the earlier request's last message, whose breakpoint moves on.
             cut = before.rfind('{"role":"user"')
             assert cut > 0 and after[:cut] == before[:cut]

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.serve_support import SYSTEM, filler, need, opened, parse_metrics, proxy
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.errors import StoreError
 from contextengine.testing import ScriptedOpenAIServer
-from tests.serve_support import SYSTEM, filler, need, opened, parse_metrics, proxy
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -54,7 +54,10 @@ def test_an_unreachable_upstream_is_a_502_naming_it() -> None:
             assert caught.value.status_code == 502
             assert "upstream unreachable" in caught.value.message
         metrics = parse_metrics(httpx.get(px.url + "/metrics").text)
-        key = 'contextengine_serve_upstream_errors_total{endpoint="chat_completions",kind="unreachable"}'
+        key = (
+            "contextengine_serve_upstream_errors_total"
+            '{endpoint="chat_completions",kind="unreachable"}'
+        )
         assert metrics[key] == 2
 
 

@@ -7,15 +7,16 @@ keeps and resends its whole history, as clients do.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
+from tests.serve_support import FACT, SYSTEM, filler, need, opened, proxy
 
 from contextengine import validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
 from contextengine.window import count_schemas
-from tests.serve_support import opened, FACT, SYSTEM, filler, need, proxy
 
 WEATHER_TOOL = {
     "type": "function",
@@ -201,7 +202,7 @@ def test_the_request_prefix_is_byte_stable_between_turns(engine: str) -> None:
             history.append({"role": "assistant", "content": "Fine."})
         texts = [r.text for r in upstream.recorded if r.path.endswith("/chat/completions")]
         assert len(texts) == 4
-        for before, after in zip(texts, texts[1:], strict=False):
+        for before, after in pairwise(texts):
             # The messages array comes last: the whole earlier request, but for its
             # closing "]}", is the start of the next one, byte for byte.
             assert before.endswith("]}")
