@@ -63,12 +63,12 @@ class Conversation:
         history = list(self.host.history)
         if seen and len(messages) >= seen and fingerprint(messages[seen - 1]) == self._last_seen:
             new = list(messages[seen:])
+            self._client_tokens += count_message_tokens(new, model) if new else 0
             if self._answer:
                 if new and new[0].get("role") == "assistant":
                     new = new[1:]  # the client's copy of the answer the relay recorded
                 else:
                     history = self._without_answer(history)
-            self._client_tokens += count_message_tokens(new, model) if new else 0
         else:
             new = []
             history = list(messages)

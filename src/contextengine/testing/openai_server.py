@@ -129,6 +129,9 @@ _Item = _Reply | _Error | _Malformed | _Drop
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 resets connections when dozens of
+    # clients connect at once (a load test, a proxy in front of it).
+    request_queue_size = 128
     # Join handler threads on close so no thread outlives the server.
     block_on_close = True
 
