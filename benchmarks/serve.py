@@ -8,9 +8,11 @@ What runs, all on 127.0.0.1 and nothing else:
   offline token count of the whole request: the upstream's own CPU work,
   the same in both phases).
 * **the proxy**: ``python -m contextengine serve`` as a separate process
-  (its memory is its own), ``--engine lcm`` (or ``--engine``) on a fresh
-  SQLite archive file in a temporary directory, ``--context-length`` 4,000
-  tokens by default so that sessions compact during the run.
+  (its memory is its own), once per engine of ``--engines``: ``lcm`` on a
+  fresh SQLite archive file in a temporary directory (every session's writes
+  go to that one file, as they would in a user's proxy), ``compressor``
+  without an archive; ``--context-length`` 4,000 tokens by default so that
+  sessions compact during the run.
 * **the clients**: ``--sessions`` concurrent conversations (asyncio tasks,
   one httpx connection pool), each ``--turns`` turns long, each turn one
   non-streamed request carrying the whole history (a new ~100-token user
@@ -31,7 +33,7 @@ Bounded: ``--timeout`` seconds per phase (default 900); a phase that runs
 out stops and is reported as such.
 
 Run: ``PYTHONPATH=src python benchmarks/serve.py [--sessions 50] [--turns 40]
-[--context-length 4000] [--engine lcm]``.
+[--context-length 4000] [--engines lcm,compressor]``.
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ def start_proxy(upstream: str, engine: str, context_length: int, store: str) -> 
         [
             sys.executable, "-m", "contextengine", "serve", "--upstream", upstream,
             "--port", str(port), "--engine", engine, "--context-length", str(context_length),
-            "--store", store, "--log-level", "warning", "--max-sessions", "1000",
+            "--log-level", "warning", "--max-sessions", "1000",
+            *(["--store", store] if store else []),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -182,31 +185,54 @@ def run(
     turns: int = 40,
     *,
     context_length: int = 4_000,
-    engine: str = "lcm",
+    engines: tuple[str, ...] = ("lcm",),
     timeout: float = 900.0,
-) -> dict[str, Any]:
-    """Both phases; returns the figures (and prints nothing)."""
-    with ScriptedOpenAIServer(default_reply=ANSWER) as upstream, tempfile.TemporaryDirectory() as tmp:
+) -> list[dict[str, Any]]:
+    """The direct phase, then one proxy phase per engine; the figures of each (no printing)."""
+    results = []
+    with ScriptedOpenAIServer(default_reply=ANSWER) as upstream:
         direct = asyncio.run(
             run_phase("direct", upstream.base_url + "/chat/completions", sessions, turns, timeout)
         )
-        process, url = start_proxy(
-            upstream.base_url, engine, context_length, str(Path(tmp) / "archive.db")
+        for engine in engines:
+            with tempfile.TemporaryDirectory() as tmp:
+                results.append(
+                    _proxied(
+                        upstream, direct, engine, sessions, turns, context_length, timeout, tmp
+                    )
+                )
+    return results
+
+
+def _proxied(
+    upstream: ScriptedOpenAIServer,
+    direct: Phase,
+    engine: str,
+    sessions: int,
+    turns: int,
+    context_length: int,
+    timeout: float,
+    tmp: str,
+) -> dict[str, Any]:
+    # lcm archives to a file as a user's would; the compressor runs without an archive.
+    store = str(Path(tmp) / "archive.db") if engine == "lcm" else ""
+    process, url = start_proxy(upstream.base_url, engine, context_length, store)
+    try:
+        proxied = asyncio.run(
+            run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout)
         )
-        try:
-            proxied = asyncio.run(
-                run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout)
-            )
-            metrics = httpx.get(url + "/metrics").text
-            rss = _peak_rss_mib(process.pid)
-        finally:
-            process.terminate()
-            process.communicate(timeout=60)
+        metrics = httpx.get(url + "/metrics").text
+        rss = _peak_rss_mib(process.pid)
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
     count = _metric(metrics, "contextengine_serve_engine_seconds_count")
     return {
         "direct": direct,
         "proxy": proxied,
-        "engine_ms": 1000 * _metric(metrics, "contextengine_serve_engine_seconds_sum") / max(1, count),
+        "engine_ms": 1000
+        * _metric(metrics, "contextengine_serve_engine_seconds_sum")
+        / max(1, count),
         "compactions": _metric(metrics, "contextengine_serve_compactions_total"),
         "tokens_received": _metric(metrics, "contextengine_serve_prompt_tokens_received_total"),
         "tokens_sent": _metric(metrics, "contextengine_serve_prompt_tokens_sent_total"),
@@ -258,18 +284,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--context-length", type=int, default=4_000)
-    parser.add_argument("--engine", default="lcm")
+    parser.add_argument("--engines", default="lcm,compressor", help="comma-separated")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     args = parser.parse_args(argv)
-    figures = run(
+    results = run(
         args.sessions,
         args.turns,
         context_length=args.context_length,
-        engine=args.engine,
+        engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
         timeout=args.timeout,
     )
-    print(table(figures))
-    failed = figures["proxy"].errors or figures["direct"].errors or figures["proxy"].timed_out
+    print("\n\n".join(table(figures) for figures in results))
+    failed = any(f["proxy"].errors or f["direct"].errors or f["proxy"].timed_out for f in results)
     return 1 if failed else 0
 
 
