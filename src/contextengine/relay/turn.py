@@ -227,7 +227,18 @@ async def complete_turn(
                 return Reply(reply.raw, wire.without_calls(reply.data, turn.names), modified=True)
             await turn.next_round(message, results)
             round_ += 1
-            out = await turn.request(round_)
+            out = await _next_request(turn, round_)
+            if out is None:
+                return await upstream.complete(body)
+
+
+async def _next_request(turn: _Turn, round_: int) -> dict[str, Any] | None:
+    """The next round's body; None when the host failed (the client's request goes as sent)."""
+    try:
+        return await turn.request(round_)
+    except Exception as exc:
+        turn.fail_open(exc)
+        return None
 
 
 async def stream_turn(
@@ -296,4 +307,9 @@ async def stream_turn(
                 return
             await turn.next_round(message, results)
             round_ += 1
-            out = await turn.request(round_)
+            next_out = await _next_request(turn, round_)
+            if next_out is None:
+                async for event in upstream.stream(body):
+                    yield event
+                return
+            out = next_out
