@@ -24,10 +24,13 @@ Figures: per-request latency (wall time from sending to the parsed answer)
 p50 / p99 direct and through the proxy, their difference (what the proxy
 adds: its HTTP hop, the session lock, ingest, compaction, the engine's view,
 and the re-serialisation), throughput (requests per second of the phase's
-wall time), errors (any non-200 or exception: must be 0), the proxy's engine
-time per request (``contextengine_serve_engine_seconds`` from ``/metrics``),
-compactions, and the proxy process's peak RSS (``VmHWM``). Engine-tool
-rounds are not part of this load (the scripted model never calls a tool).
+wall time), errors (any non-200 or exception: must be 0), the proxy
+process's CPU time per request (user + system, from ``/proc``: what the proxy
+costs whatever else runs on the machine), the engine's wall time per
+request (``contextengine_serve_engine_seconds`` from ``/metrics``, waits for
+worker threads and the archive included), compactions, and the proxy
+process's peak RSS (``VmHWM``). Engine-tool rounds are not part of this load
+(the scripted model never calls a tool).
 
 Bounded: ``--timeout`` seconds per phase (default 900); a phase that runs
 out stops and is reported as such.
@@ -65,6 +68,8 @@ class Phase:
     name: str
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    #: What went wrong, by kind ("status 502", "ReadTimeout"...).
+    kinds: dict[str, int] = field(default_factory=dict)
     wall: float = 0.0
     timed_out: bool = False
 
@@ -94,17 +99,20 @@ async def _session(
     for turn in range(turns):
         history.append({"role": "user", "content": user_text(session, turn)})
         start = time.perf_counter()
+        kind = ""
         try:
             response = await client.post(
                 url, json={"model": "gpt-4o", "messages": history}, headers=headers
             )
             ok = response.status_code == 200
+            kind = "" if ok else f"status {response.status_code}: {response.text[:120]}"
             message = response.json()["choices"][0]["message"] if ok else None
-        except (httpx.HTTPError, ValueError, KeyError, IndexError):
-            ok, message = False, None
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            ok, message, kind = False, None, type(exc).__name__
         phase.latencies.append(time.perf_counter() - start)
         if not ok or message is None:
             phase.errors += 1
+            phase.kinds[kind] = phase.kinds.get(kind, 0) + 1
             message = {"role": "assistant", "content": ANSWER}
         history.append({"role": "assistant", "content": message.get("content") or ""})
 
@@ -140,6 +148,12 @@ def _peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/PID/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _metric(text: str, prefix: str) -> float:
@@ -218,9 +232,11 @@ def _proxied(
     store = str(Path(tmp) / "archive.db") if engine == "lcm" else ""
     process, url = start_proxy(upstream.base_url, engine, context_length, store)
     try:
+        cpu_before = _cpu_seconds(process.pid)
         proxied = asyncio.run(
             run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout)
         )
+        cpu = _cpu_seconds(process.pid) - cpu_before
         metrics = httpx.get(url + "/metrics").text
         rss = _peak_rss_mib(process.pid)
     finally:
@@ -237,6 +253,7 @@ def _proxied(
         "tokens_received": _metric(metrics, "contextengine_serve_prompt_tokens_received_total"),
         "tokens_sent": _metric(metrics, "contextengine_serve_prompt_tokens_sent_total"),
         "rss_mib": rss,
+        "cpu_ms": 1000 * cpu / max(1, len(proxied.latencies)),
         "sessions": sessions,
         "turns": turns,
         "context_length": context_length,
@@ -269,10 +286,12 @@ def table(figures: dict[str, Any]) -> str:
         "",
         f"- added latency: p50 {proxy.pct(0.5) - direct.pct(0.5):+.1f} ms, "
         f"p99 {proxy.pct(0.99) - direct.pct(0.99):+.1f} ms",
+        f"- proxy CPU per request (user + system, whole process): {figures['cpu_ms']:.2f} ms",
         f"- engine time per request (host + engine, from /metrics): {figures['engine_ms']:.2f} ms",
         f"- compactions: {figures['compactions']:.0f}; prompt tokens received "
         f"{figures['tokens_received']:,.0f}, sent upstream {figures['tokens_sent']:,.0f}",
         f"- proxy peak RSS (VmHWM): {figures['rss_mib']:.0f} MiB",
+        *(f"- error: {n} × {kind}" for kind, n in {**direct.kinds, **proxy.kinds}.items()),
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}",
     ]
