@@ -8,7 +8,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tests.serve_support import need
+
+from serve_support import need
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve.py"
 

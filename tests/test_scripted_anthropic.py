@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import httpx
-from tests.serve_support import need
 
 from contextengine.testing import ScriptedOpenAIServer
+from serve_support import need
 
 BODY: dict[str, Any] = {
     "model": "claude-test",

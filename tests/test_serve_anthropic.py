@@ -6,11 +6,11 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from tests.serve_support import FACT, SYSTEM, filler, need, opened, proxy, tool_results
 
 from contextengine import from_anthropic, validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
+from serve_support import FACT, SYSTEM, filler, need, opened, proxy, tool_results
 
 WEATHER = {
     "name": "get_weather",

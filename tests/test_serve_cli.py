@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 from click.testing import CliRunner
-from tests.serve_support import need
 
 from contextengine.cli import main
 from contextengine.testing import ScriptedOpenAIServer
+from serve_support import need
 
 
 def test_without_the_extra_the_error_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

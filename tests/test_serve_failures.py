@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.serve_support import SYSTEM, filler, need, opened, parse_metrics, proxy
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.errors import StoreError
 from contextengine.testing import ScriptedOpenAIServer
+from serve_support import SYSTEM, filler, need, opened, parse_metrics, proxy
 
 HELLO = [{"role": "user", "content": "hello"}]
 

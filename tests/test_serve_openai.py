@@ -11,12 +11,12 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from tests.serve_support import FACT, SYSTEM, filler, need, opened, proxy
 
 from contextengine import validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
 from contextengine.window import count_schemas
+from serve_support import FACT, SYSTEM, filler, need, opened, proxy
 
 WEATHER_TOOL = {
     "type": "function",

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.serve_support import SYSTEM, need, opened, proxy
 
 from contextengine.testing import ScriptedOpenAIServer
+from serve_support import SYSTEM, need, opened, proxy
 
 SECRET = "The vault code is ORCHID-8812."
 

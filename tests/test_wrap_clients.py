@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.serve_support import FACT, SYSTEM, filler, need
 
 import contextengine
 from contextengine import validate_messages
 from contextengine.testing import ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
+from serve_support import FACT, SYSTEM, filler, need
 
 
 @pytest.fixture
