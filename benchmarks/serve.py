@@ -3,7 +3,8 @@
 What runs, all on 127.0.0.1 and nothing else:
 
 * **the upstream**: :class:`~contextengine.testing.ScriptedOpenAIServer` in
-  this process (a thread per connection), answering every chat completion
+  a process of its own (a thread per connection; in the load generator's
+  process it would compete with the clients for the GIL), answering every chat completion
   with one short sentence and a usage counted on the request it got (an
   offline token count of the whole request: the upstream's own CPU work,
   the same in both phases).
@@ -32,6 +33,10 @@ worker threads and the archive included), compactions, and the proxy
 process's peak RSS (``VmHWM``). Engine-tool rounds are not part of this load
 (the scripted model never calls a tool).
 
+The latencies are wall times on whatever machine runs it: on a shared machine
+they include waiting for a CPU (the load average and nice level are printed
+with them); the CPU times per request do not.
+
 Bounded: ``--timeout`` seconds per phase (default 900); a phase that runs
 out stops and is reported as such.
 
@@ -57,8 +62,6 @@ from typing import Any
 
 import httpx
 
-from contextengine.testing import ScriptedOpenAIServer
-
 SYSTEM = "You are a coding assistant. Answer in one sentence."
 ANSWER = "Understood; I will keep that in mind for the next step of the task."
 
@@ -72,6 +75,8 @@ class Phase:
     kinds: dict[str, int] = field(default_factory=dict)
     wall: float = 0.0
     timed_out: bool = False
+    #: CPU seconds the upstream process spent during the phase.
+    upstream_cpu: float = 0.0
 
     def pct(self, q: float) -> float:
         if not self.latencies:
@@ -164,6 +169,29 @@ def _metric(text: str, prefix: str) -> float:
     )
 
 
+_UPSTREAM = """
+import sys
+from contextengine.testing import ScriptedOpenAIServer
+with ScriptedOpenAIServer(default_reply=sys.argv[1]) as server:
+    print(server.base_url, flush=True)
+    sys.stdin.read()  # serve until the benchmark closes our stdin
+"""
+
+
+def start_upstream() -> tuple[Any, str]:
+    """The scripted upstream in its own process; returns it and its base URL."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _UPSTREAM, ANSWER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
 def start_proxy(upstream: str, engine: str, context_length: int, store: str) -> tuple[Any, str]:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
@@ -204,22 +232,37 @@ def run(
 ) -> list[dict[str, Any]]:
     """The direct phase, then one proxy phase per engine; the figures of each (no printing)."""
     results = []
-    with ScriptedOpenAIServer(default_reply=ANSWER) as upstream:
+    load = os.getloadavg()
+    server, upstream = start_upstream()
+    try:
+        before = _cpu_seconds(server.pid)
         direct = asyncio.run(
-            run_phase("direct", upstream.base_url + "/chat/completions", sessions, turns, timeout)
+            run_phase("direct", upstream + "/chat/completions", sessions, turns, timeout)
         )
+        direct.upstream_cpu = _cpu_seconds(server.pid) - before
         for engine in engines:
             with tempfile.TemporaryDirectory() as tmp:
                 results.append(
                     _proxied(
-                        upstream, direct, engine, sessions, turns, context_length, timeout, tmp
+                        (server.pid, upstream),
+                        direct,
+                        engine,
+                        sessions,
+                        turns,
+                        context_length,
+                        timeout,
+                        tmp,
                     )
                 )
+    finally:
+        server.communicate("", timeout=60)  # closing its stdin stops it
+    for figures in results:
+        figures["load"] = load
     return results
 
 
 def _proxied(
-    upstream: ScriptedOpenAIServer,
+    upstream_server: tuple[int, str],
     direct: Phase,
     engine: str,
     sessions: int,
@@ -230,13 +273,16 @@ def _proxied(
 ) -> dict[str, Any]:
     # lcm archives to a file as a user's would; the compressor runs without an archive.
     store = str(Path(tmp) / "archive.db") if engine == "lcm" else ""
-    process, url = start_proxy(upstream.base_url, engine, context_length, store)
+    upstream_pid, upstream = upstream_server
+    process, url = start_proxy(upstream, engine, context_length, store)
     try:
         cpu_before = _cpu_seconds(process.pid)
+        upstream_before = _cpu_seconds(upstream_pid)
         proxied = asyncio.run(
             run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout)
         )
         cpu = _cpu_seconds(process.pid) - cpu_before
+        proxied.upstream_cpu = _cpu_seconds(upstream_pid) - upstream_before
         metrics = httpx.get(url + "/metrics").text
         rss = _peak_rss_mib(process.pid)
     finally:
@@ -273,6 +319,9 @@ def table(figures: dict[str, Any]) -> str:
          f"{statistics.fmean(proxy.latencies) * 1000:.1f}"),
         ("throughput (req/s)", f"{len(direct.latencies) / direct.wall:.1f}",
          f"{len(proxy.latencies) / proxy.wall:.1f}"),
+        ("upstream CPU per request (ms)",
+         f"{1000 * direct.upstream_cpu / max(1, len(direct.latencies)):.2f}",
+         f"{1000 * proxy.upstream_cpu / max(1, len(proxy.latencies)):.2f}"),
         ("errors", str(direct.errors), str(proxy.errors)),
         ("timed out", str(direct.timed_out), str(proxy.timed_out)),
     ]  # fmt: skip
@@ -293,7 +342,9 @@ def table(figures: dict[str, Any]) -> str:
         f"- proxy peak RSS (VmHWM): {figures['rss_mib']:.0f} MiB",
         *(f"- error: {n} × {kind}" for kind, n in {**direct.kinds, **proxy.kinds}.items()),
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"{platform.python_implementation()} {platform.python_version()}",
+        f"{platform.python_implementation()} {platform.python_version()}, load average "
+        f"{figures['load'][0]:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, "
+        f"nice {os.nice(0)} (every process of the benchmark inherits it)",
     ]
     return "\n".join(lines)
 
