@@ -167,3 +167,18 @@ def test_an_upstream_error_reaches_the_anthropic_client_with_its_status(status: 
             _ask(_client(px), [{"role": "user", "content": "hi"}])
         assert caught.value.status_code == status
         assert caught.value.body["error"]["message"] == f"scripted error {status}"
+
+
+def test_metadata_user_id_names_the_session() -> None:
+    with ScriptedOpenAIServer() as upstream, proxy(upstream) as px:
+        client = _client(px)
+        upstream.add_reply("Noted.")
+        _ask(client, [{"role": "user", "content": FACT}], metadata={"user_id": "u-1"})
+        found = []
+        for user in ("u-2", "u-1"):
+            grep = {"name": "lcm_grep", "arguments": {"query": "deploy key"}}
+            upstream.add_reply("", tool_calls=[grep])
+            upstream.add_reply("Done.")
+            _ask(client, [{"role": "user", "content": "Key?"}], metadata={"user_id": user})
+            found.append(any("4417" in r for r in tool_results(upstream.requests[-1])))
+        assert found == [False, True]

@@ -173,3 +173,28 @@ def test_anthropic_whole_and_streamed_with_an_engine_round(upstream: ScriptedOpe
         body = upstream.requests[-1]
         assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
         client.close()
+
+
+def test_anthropic_async_streamed(upstream: ScriptedOpenAIServer) -> None:
+    anthropic = need("anthropic")
+
+    async def run() -> str:
+        async with anthropic.AsyncAnthropic(
+            base_url=upstream.url, api_key="sk-ant", max_retries=0
+        ) as sdk:
+            client = contextengine.wrap(sdk, session="claude-async", store=":memory:")
+            grep = {"name": "lcm_grep", "arguments": {"query": "staging"}}
+            upstream.add_reply("", tool_calls=[grep])
+            upstream.add_reply("Streamed after the round.")
+            stream = await client.messages.create(
+                model="claude-test",
+                max_tokens=100,
+                messages=[{"role": "user", "content": FACT}],
+                stream=True,
+            )
+            text = "".join([e.delta.text async for e in stream if e.type == "content_block_delta"])
+            await client.aclose()
+            return text
+
+    assert asyncio.run(run()) == "Streamed after the round."
+    assert len(upstream.requests) == 2 and all(b["stream"] for b in upstream.requests)
