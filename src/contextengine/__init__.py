@@ -80,6 +80,7 @@ from contextengine.tokens import count_message_tokens, count_tokens, estimate_to
 from contextengine.usage import normalize_usage
 
 if TYPE_CHECKING:
+    from contextengine.integrations.clients import wrap
     from contextengine.store.postgres import PostgresStore
 
 __version__ = "0.1.0"
@@ -153,6 +154,7 @@ __all__ = [
     "summarizer_from_env",
     "to_anthropic",
     "validate_messages",
+    "wrap",
 ]
 
 
@@ -168,4 +170,10 @@ def __getattr__(name: str) -> Any:
                 f" ({exc})"
             ) from exc
         return PostgresStore
+    if name == "wrap":
+        # contextengine.wrap(client, ...): imported when asked, so that importing
+        # contextengine never loads the relay (and it never imports an SDK itself).
+        from contextengine.integrations.clients import wrap
+
+        return wrap
     raise AttributeError(f"module 'contextengine' has no attribute {name!r}")

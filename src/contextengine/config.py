@@ -7,7 +7,9 @@ Precedence, lowest to highest::
     < ./contextengine.toml (top-level keys; the more specific file wins over pyproject)
     < environment (CONTEXTENGINE_ENGINE, CONTEXTENGINE_MODEL, CONTEXTENGINE_CONTEXT_LENGTH,
                    CONTEXTENGINE_STORE_URL, CONTEXTENGINE_SUMMARY_BASE_URL / _API_KEY / _MODEL,
-                   falling back to OPENAI_BASE_URL / OPENAI_API_KEY for the summariser)
+                   falling back to OPENAI_BASE_URL / OPENAI_API_KEY for the summariser;
+                   CONTEXTENGINE_UPSTREAM_URL, _SERVE_HOST, _SERVE_PORT, _SERVE_API_KEY,
+                   _UPSTREAM_API_KEY for ``contextengine serve``)
     < explicit arguments (None means "not given"), including those a command set
       for the code it runs with :func:`config_overrides` (``--summary-model``...)
 
@@ -59,6 +61,12 @@ DEFAULTS: dict[str, Any] = {
     "summary_api_key": "",
     "summary_model": "",
     "abort_on_summary_failure": False,
+    # contextengine serve: the upstream, the address it binds, and its keys.
+    "upstream_url": "",
+    "serve_host": "127.0.0.1",
+    "serve_port": 8787,
+    "serve_api_key": "",
+    "upstream_api_key": "",
 }
 
 #: Environment variables per setting, first match wins.
@@ -71,9 +79,14 @@ ENV_VARS: dict[str, tuple[str, ...]] = {
     "summary_api_key": ("CONTEXTENGINE_SUMMARY_API_KEY", "OPENAI_API_KEY"),
     "summary_model": ("CONTEXTENGINE_SUMMARY_MODEL",),
     "abort_on_summary_failure": ("CONTEXTENGINE_ABORT_ON_SUMMARY_FAILURE",),
+    "upstream_url": ("CONTEXTENGINE_UPSTREAM_URL",),
+    "serve_host": ("CONTEXTENGINE_SERVE_HOST",),
+    "serve_port": ("CONTEXTENGINE_SERVE_PORT",),
+    "serve_api_key": ("CONTEXTENGINE_SERVE_API_KEY",),
+    "upstream_api_key": ("CONTEXTENGINE_UPSTREAM_API_KEY",),
 }
 
-_SECRET_KEYS = frozenset({"summary_api_key"})
+_SECRET_KEYS = frozenset({"summary_api_key", "serve_api_key", "upstream_api_key"})
 _OPTIONS_TABLE = "options"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})

@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "archive": "contextengine.cli.archive:archive",
     "replay": "contextengine.cli.replay:replay",
     "eval": "contextengine.cli.replay:eval_group",
+    "serve": "contextengine.cli.serve:serve",
 }
 
 

@@ -3,8 +3,12 @@
 :class:`ScriptedOpenAIServer` is a real HTTP server (the standard library's
 ``ThreadingHTTPServer`` on 127.0.0.1, a free port) that answers
 ``POST /v1/chat/completions`` — plain JSON or server-sent events when the
-request says ``"stream": true`` — and ``GET /v1/models``. Point any
-OpenAI-compatible client at ``server.base_url`` and script what it gets back::
+request says ``"stream": true`` — ``GET /v1/models``, and Anthropic Messages
+(``POST /v1/messages``, whole or streamed with Anthropic's event sequence,
+tool calls as ``tool_use`` blocks; see
+:mod:`contextengine.testing.anthropic_messages`) from the same script. Point
+any OpenAI-compatible client at ``server.base_url`` (an Anthropic client at
+``server.url``) and script what it gets back::
 
     from contextengine.testing import ScriptedOpenAIServer
     from contextengine import OpenAICompatibleSummarizer, SummaryRequest
@@ -48,6 +52,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from contextengine.testing.anthropic_messages import (
+    MESSAGES_PATHS,
+    anthropic_error,
+    anthropic_events,
+    anthropic_message,
+)
 from contextengine.tokens import count_message_tokens, count_tokens
 
 if TYPE_CHECKING:
@@ -119,6 +129,9 @@ _Item = _Reply | _Error | _Malformed | _Drop
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 resets connections when dozens of
+    # clients connect at once (a load test, a proxy in front of it).
+    request_queue_size = 128
     # Join handler threads on close so no thread outlives the server.
     block_on_close = True
 
@@ -286,7 +299,11 @@ class ScriptedOpenAIServer:
     def requests(self) -> list[Any]:
         """The parsed JSON bodies of the chat-completions requests received so far."""
         with self._lock:
-            return [r.body for r in self._recorded if r.path.split("?")[0] in _CHAT_PATHS]
+            return [
+                r.body
+                for r in self._recorded
+                if r.path.split("?")[0] in _CHAT_PATHS or r.path.split("?")[0] in MESSAGES_PATHS
+            ]
 
     @property
     def pending(self) -> int:
@@ -358,6 +375,21 @@ class ScriptedOpenAIServer:
         if reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
         return usage
+
+    def _message(self, body: dict[str, Any], reply: _Reply) -> dict[str, Any]:
+        """The Anthropic ``message`` for a reply (``POST /v1/messages``)."""
+        with self._lock:
+            self._ids += 1
+            message_id = f"msg_scripted_{self._ids}"
+        return anthropic_message(
+            body,
+            message_id,
+            self.model,
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            reasoning=reply.reasoning,
+            usage=reply.usage,
+        )
 
     def _completion(self, body: dict[str, Any], reply: _Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -482,11 +514,13 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 body = None
             path = self.path.split("?")[0]
             server._record(RecordedRequest("POST", self.path, _lower(self.headers), body, text))
-            if path not in _CHAT_PATHS:
+            anthropic = path in MESSAGES_PATHS
+            error = anthropic_error if anthropic else _error_body
+            if path not in _CHAT_PATHS and not anthropic:
                 self._send(404, _error_body(f"no route for POST {path}", 404))
                 return
             if not isinstance(body, dict):
-                self._send(400, _error_body("request body is not a JSON object", 400))
+                self._send(400, error("request body is not a JSON object", 400))
                 return
             delay, item = server._next()
             if not server._wait(delay):
@@ -494,7 +528,38 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 return
             if item is None:
                 item = server._fallback(body)
-            self._serve(body, item)
+            if anthropic:
+                self._serve_messages(body, item)
+            else:
+                self._serve(body, item)
+
+        def _serve_messages(self, body: dict[str, Any], item: _Item) -> None:
+            """Answer ``POST /v1/messages`` (Anthropic Messages) with a script item."""
+            if isinstance(item, _Reply) and item.completion is None:
+                message = server._message(body, item)
+                if body.get("stream"):
+                    self._stream_events(anthropic_events(message))
+                else:
+                    self._send(200, message)
+            elif isinstance(item, _Error) and item.body is None:
+                self._send(
+                    item.status,
+                    anthropic_error(f"scripted error {item.status}", item.status),
+                    item.headers,
+                )
+            else:
+                self._serve(body, item)
+
+        def _stream_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for name, data in events:
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+            self.close_connection = True
 
         def _serve(self, body: dict[str, Any], item: _Item) -> None:
             if isinstance(item, _Drop):

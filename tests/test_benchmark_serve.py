@@ -1,0 +1,35 @@
+"""benchmarks/serve.py at CI size: the load benchmark runs, prints its table, and errs nowhere."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from serve_support import need
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_bench_serve", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_serve_benchmark_runs_at_ci_size(capsys: pytest.CaptureFixture[str]) -> None:
+    need("uvicorn")
+    bench = _script()
+    assert bench.main(["--sessions", "3", "--turns", "20", "--context-length", "1500"]) == 0
+    out = capsys.readouterr().out
+    assert "| errors | 0 | 0 |" in out
+    assert "| requests | 60 | 60 |" in out
+    assert "proxy peak RSS (VmHWM)" in out
+    compactions = next(line for line in out.splitlines() if line.startswith("- compactions:"))
+    assert not compactions.startswith("- compactions: 0;")  # the load does compact
