@@ -33,6 +33,7 @@ from contextengine.errors import (
     EngineLoadError,
     EngineNotFoundError,
     FormatError,
+    HermesUnavailableError,
     InvalidMessagesError,
     StoreConflictError,
     StoreError,
@@ -50,6 +51,7 @@ from contextengine.formats import (
     load_sessions,
     stream_session,
 )
+from contextengine.hermes import HermesEngine, load_hermes_plugin_dir
 from contextengine.host import ContextHost
 from contextengine.identifiers import (
     append_missing_identifiers,
@@ -102,6 +104,8 @@ __all__ = [
     "EngineLoadError",
     "EngineNotFoundError",
     "FormatError",
+    "HermesEngine",
+    "HermesUnavailableError",
     "HostEvent",
     "InvalidMessagesError",
     "KeepCut",
@@ -141,6 +145,7 @@ __all__ = [
     "keep_last_cut",
     "listed_identifiers",
     "load_engine",
+    "load_hermes_plugin_dir",
     "load_session",
     "load_sessions",
     "normalize_usage",
