@@ -63,6 +63,14 @@ _OPTIONAL_HOOKS = (
     "carry_over_new_session_context",
 )
 
+# What Hermes's update_model resets and a same-model call keeps here.
+_USAGE_FIELDS = (
+    "last_prompt_tokens",
+    "last_completion_tokens",
+    "last_total_tokens",
+    "last_real_prompt_tokens",
+)
+
 _TOKEN_FIELDS = (
     "last_prompt_tokens",
     "last_completion_tokens",
@@ -490,9 +498,21 @@ class HermesEngine(ContextEngine):
         provider: str = "",
         api_mode: str = "",
     ) -> None:
-        """Hermes's update_model; the endpoint is not passed on (ours has no summary use for it)."""
+        """Hermes's update_model, with our rule for the last usage.
+
+        The endpoint is not passed on: Hermes's compressor would use it for its
+        own summary calls, which go to our summariser here. Hermes forgets the
+        last prompt count on every call; our host calls this also when only the
+        request's ``max_tokens`` changed, so for the same model the count is
+        kept (another model's count, from another tokenizer, is forgotten).
+        """
+        kept = {}
+        if model == self.model:
+            kept = {f: getattr(self.hermes, f) for f in _USAGE_FIELDS if hasattr(self.hermes, f)}
         self.model = model
         self.hermes.update_model(model=model, context_length=int(context_length))
+        for field, value in kept.items():
+            setattr(self.hermes, field, value)
 
 
 for _field in _TOKEN_FIELDS:
