@@ -10,8 +10,13 @@ package index and runs this directory there with
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
+
+# Hermes writes its home (~/.hermes) when imported: never the user's in a test
+# run. The tests that need a configured home set their own.
+os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="contextengine-hermes-home-"))
 
 
 def _hermes_problem() -> str | None:
