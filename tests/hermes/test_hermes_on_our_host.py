@@ -91,3 +91,59 @@ def test_a_plugin_directory_subclassing_hermes_abc_loads_by_path(tmp_path: Path)
     out = engine.compress(_history(5), force=True)
     validate_messages(out)
     assert len(out) == 3 and engine.compression_count == 1
+
+
+# ------------------------------------------------------------ the CLI comparisons
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "replay"
+
+
+def test_replay_compares_hermes_beside_our_engines() -> None:
+    from click.testing import CliRunner
+
+    from contextengine.cli.replay import replay
+
+    result = CliRunner().invoke(
+        replay,
+        [
+            str(FIXTURES / "agent_session.json"),
+            "--compare",
+            "compressor,lcm,hermes",
+            "--context-length",
+            "2048",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.stdout)["totals"]
+    assert set(totals) == {"compressor", "lcm", "hermes"}
+    hermes = totals["hermes"]
+    assert hermes["requests"] == totals["lcm"]["requests"] == 24
+    assert hermes["compactions"] >= 1
+    assert hermes["prompt_tokens_total"] < hermes["baseline_prompt_tokens_total"]
+
+
+def test_eval_recall_compares_hermes_beside_our_engines() -> None:
+    from click.testing import CliRunner
+
+    from contextengine.cli.replay import eval_group
+
+    result = CliRunner().invoke(
+        eval_group,
+        [
+            "recall",
+            "--qa",
+            str(FIXTURES / "locomo_tiny.json"),
+            "--compare",
+            "compressor,lcm,hermes",
+            "--context-length",
+            "1024",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["engine"]: r for r in json.loads(result.stdout)["results"]}
+    assert set(rows) == {"compressor", "lcm", "hermes"}
+    # Hermes's compressor has no search tool; lcm does.
+    assert rows["hermes"]["has_search"] is False
+    assert rows["lcm"]["has_search"] is True
