@@ -179,3 +179,32 @@ def test_hermes_runs_our_engine_through_compaction_and_lcm_grep(
         # The message lcm_grep pointed at is notes0's read_file result, in full.
         assert "MARKER-0-ZEBRA" in by_id[hits[0]["id"]]
         assert "row 119:" in by_id[hits[0]["id"]]
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        pytest.param(
+            "plugins:\n  enabled: [contextengine]\ncontext:\n  engine: compressor\n",
+            "the plugin is enabled but context.engine names Hermes's own",
+            id="enabled-not-selected",
+        ),
+        pytest.param(
+            "context:\n  engine: contextengine-lcm\n",
+            "context.engine names ours but the plugin is not enabled",
+            id="selected-not-enabled",
+        ),
+    ],
+)
+def test_installing_contextengine_never_replaces_a_hermes_users_engine(
+    hermes_home: Path, config: str, why: str
+) -> None:
+    from agent.context_compressor import ContextCompressor
+    from hermes_cli.plugins import get_plugin_context_engine
+
+    (hermes_home / "config.yaml").write_text("model:\n  context_length: 65536\n" + config)
+    with ScriptedOpenAIServer() as server:
+        agent = _agent(server)
+    assert type(agent.context_compressor) is ContextCompressor, why
+    assert get_plugin_context_engine() is None, why
+    assert not {"lcm_grep", "lcm_expand"} & {t["function"]["name"] for t in agent.tools}
