@@ -137,3 +137,21 @@ def test_what_hermes_0_19_never_calls_is_reported() -> None:
         "chat_commands",
         "get_automatic_compaction_status_message",
     ]
+
+
+def test_engines_command_lists_hermes_and_what_is_unavailable() -> None:
+    from click.testing import CliRunner
+
+    from contextengine.cli.engines_cmd import engines
+
+    result = CliRunner().invoke(engines, [])
+    assert result.exit_code == 0, result.output
+    assert "hermes " in result.output
+    assert f"hermes-agent {hermes_version()} is installed" in result.output
+    inside = next(line for line in result.output.splitlines() if "Hermes never calls" in line)
+    assert "select_context" in inside and "compress," not in inside
+    rows = json.loads(CliRunner().invoke(engines, ["--json"]).output)
+    (row,) = [r for r in rows if r["name"] == "hermes"]
+    assert "select_context" in row["unavailable_in_hermes"]
+    assert "keep_last" not in row["unavailable_on_host"]  # an argument, not a hook
+    assert "on_turn_complete" in row["unavailable_on_host"]
