@@ -62,6 +62,7 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
     ("replay", "Replay and recall on real sessions", {}, {}),
     ("replay_memory", "Replay memory and speed on one long session", {}, {}),
     ("identifiers", "Identifiers that survive the summary", {}, {}),
+    ("tradeoff", "Cost against recall on the Claude Code sessions", {}, {}),
 )
 #: Benchmarks that need a service this machine may not run (a PostgreSQL server):
 #: when they fail the page says why, and the run still succeeds.

@@ -48,6 +48,13 @@ def compressor(archive: Any, **kwargs: Any) -> ContextCompressor:
     return ContextCompressor(archive=archive, **{**options, **kwargs})
 
 
+def without_archive_like(engine: ContextCompressor) -> ContextCompressor:
+    """Today's compressor at ``engine``'s settings: the archive chose its defaults when built."""
+    return compressor(
+        None, threshold_percent=engine.threshold_percent, target_percent=engine.target_percent
+    )
+
+
 def chat_with_a_fact(turns: int = 14) -> list[Message]:
     """A coding session whose early user message holds a fact no summary keeps."""
     messages = coding_session(turns, output_chars=2_500, chatter=400)
@@ -286,8 +293,7 @@ def test_an_unwritable_archive_falls_back_with_a_warning_event(tmp_path: Path) -
     finally:
         locker.rollback()
         locker.close()
-    plain = compressor(None).compress(messages, force=True)
-    assert output == plain  # today's behaviour
+    assert output == without_archive_like(engine).compress(messages, force=True)
     warnings = [e for e in events if isinstance(e, HostEvent) and e.kind == "engine_warning"]
     assert warnings and "archive" in str(warnings[0].message)
     assert engine.archive is None and engine.get_tool_schemas() == []
@@ -338,7 +344,7 @@ def test_an_archive_that_cannot_be_opened_never_breaks_the_conversation(tmp_path
     engine = compressor(blocker / "archive.db")  # opened on first use, which fails
     messages = chat_with_a_fact()
     output = engine.compress(messages, force=True)
-    assert output == compressor(None).compress(messages, force=True)
+    assert output == without_archive_like(engine).compress(messages, force=True)
     report = engine.last_compression
     assert report is not None and report.reason == "summarized"
     assert report.warning is not None and "archive" in report.warning
@@ -360,3 +366,17 @@ def test_the_end_of_a_compacted_session_is_archived_too(sqlite_path: Path) -> No
     output = engine.compress(chat_with_a_fact(), force=True)
     engine.on_session_end("ending", [*output, user("Last words: ship it on Friday.")])
     assert tool(engine, "lcm_grep", query="ship Friday")["results"]
+
+
+def test_an_archive_makes_the_compressor_compact_earlier_and_keep_less() -> None:
+    # What a recoverable compressor removes can be searched back: its defaults
+    # come from the cost-against-recall sweep (docs/design.md).
+    plain, recoverable = compressor(None), compressor(":memory:")
+    assert (plain.threshold_percent, plain.target_percent) == (0.75, 0.5)
+    assert (recoverable.threshold_percent, recoverable.target_percent) == (0.6, 0.2)
+    assert recoverable.threshold_tokens < plain.threshold_tokens
+    assert recoverable.target_tokens < plain.target_tokens
+    chosen = compressor(":memory:", threshold_percent=0.8, target_percent=0.4)
+    assert (chosen.threshold_percent, chosen.target_percent) == (0.8, 0.4)
+    recoverable.close()
+    chosen.close()

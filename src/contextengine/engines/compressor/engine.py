@@ -103,6 +103,15 @@ __all__ = [
 
 Message = dict[str, Any]
 
+#: Default ``threshold_percent`` / ``target_percent`` without an archive: what is
+#: summarised is gone, so compact late and keep half the threshold.
+PLAIN_THRESHOLD = 0.75
+PLAIN_TARGET = 0.5
+#: The defaults with an archive: chosen from the cost-against-recall sweep on the
+#: Claude Code sessions (benchmarks/tradeoff.py; docs/design.md).
+RECOVERABLE_THRESHOLD = 0.6
+RECOVERABLE_TARGET = 0.2
+
 #: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
 MIN_PRUNE_RECLAIM_TOKENS = 4_096
 # Rough growth since the last real reading below which preflight waits for the
@@ -171,8 +180,13 @@ class ContextCompressor(RecoverableEngine):
 
     * ``tail_token_budget``: 20% of ``threshold_tokens``;
     * ``summary_token_budget``: 5% of ``context_length``, between 1,000 and 10,000;
-    * ``target_tokens``: ``target_percent`` (50%) of ``threshold_tokens`` — pass 1
+    * ``target_tokens``: ``target_percent`` of ``threshold_tokens`` — pass 1
       alone is enough when it brings the conversation under this;
+    * ``threshold_percent`` / ``target_percent``: 75% / 50% without an archive,
+      60% / 20% with one (:data:`RECOVERABLE_THRESHOLD`: what a recoverable
+      compressor removes can be searched back, so it compacts earlier and keeps
+      less; the defaults come from the cost-against-recall sweep in
+      docs/benchmarks.md);
     * ``summarizer``: :class:`~contextengine.DeterministicSummarizer` (offline).
 
     ``main_summarizer`` (the main model's, or None) is asked once when
@@ -212,14 +226,14 @@ class ContextCompressor(RecoverableEngine):
         summarizer: Summarizer | None = None,
         main_summarizer: Summarizer | None = None,
         abort_on_summary_failure: bool = False,
-        threshold_percent: float = 0.75,
+        threshold_percent: float | None = None,
         protect_first_n: int = 3,
         protect_last_n: int = 6,
         tail_token_budget: int | None = None,
         summary_token_budget: int | None = None,
         model_thresholds: dict[str, float] | None = None,
         proactive_prune_tokens: int | None = None,
-        target_percent: float = 0.5,
+        target_percent: float | None = None,
         target_tokens: int | None = None,
         summary_input_chars: int = DEFAULT_SUMMARY_INPUT_CHARS,
         clock: Callable[[], float] = time.monotonic,
@@ -232,6 +246,15 @@ class ContextCompressor(RecoverableEngine):
     ) -> None:
         if int(context_length) <= 0:
             raise ValueError(f"context_length must be positive, got {context_length!r}")
+        # The archive decides the defaults: what leaves the context of a
+        # recoverable compressor can be searched back, so it compacts earlier
+        # and keeps a smaller tail (docs/design.md, "Defaults from the trade-off").
+        self._init_archive(archive, redact_at_rest)
+        recoverable = self._archive is not None
+        if threshold_percent is None:
+            threshold_percent = RECOVERABLE_THRESHOLD if recoverable else PLAIN_THRESHOLD
+        if target_percent is None:
+            target_percent = RECOVERABLE_TARGET if recoverable else PLAIN_TARGET
         if not 0 < threshold_percent <= 1:
             raise ValueError(f"threshold_percent must be in (0, 1], got {threshold_percent!r}")
         if not 0 < target_percent <= 1:
@@ -276,7 +299,6 @@ class ContextCompressor(RecoverableEngine):
         self.summary_token_budget = 0
         self.target_tokens = 0
         self.update_model(model, context_length)
-        self._init_archive(archive, redact_at_rest)
 
     @property
     def name(self) -> str:
