@@ -52,6 +52,13 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ENGINES = ("compressor", "lcm")
 
 
+def default_engines() -> tuple[str, ...]:
+    """compressor and lcm, and Hermes's compressor (``hermes``) where hermes-agent is installed."""
+    from contextengine.registry import default_registry
+
+    return ENGINES + (("hermes",) if "hermes" in default_registry.names() else ())
+
+
 def _spotter_files(data: Path) -> list[Path]:
     folder = data / "spotter" / "transcripts"
     return sorted(p for p in folder.glob("*.jsonl") if len(p.stem) == 36)
@@ -61,14 +68,14 @@ def _fmt_cost(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def _claude_code_table(data: Path, quick: bool) -> str:
+def _claude_code_table(data: Path, quick: bool, engines: tuple[str, ...]) -> str:
     files = _spotter_files(data)[: 2 if quick else None]
     if not files:
         return "_spotter transcripts not found_"
     price = PRESETS["anthropic-claude-opus"]
     sessions = [s for f in files for s in load_sessions(f)]
     started = time.perf_counter()
-    comparisons = compare_sessions(sessions, ENGINES, context_length=128_000, model="gpt-4o")
+    comparisons = compare_sessions(sessions, engines, context_length=128_000, model="gpt-4o")
     elapsed = time.perf_counter() - started
     lines = [
         "| session | strategy | requests | compactions | prompt tokens | peak | cache hits "
@@ -111,13 +118,13 @@ def _claude_code_table(data: Path, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def _swe_table(data: Path, quick: bool) -> str:
+def _swe_table(data: Path, quick: bool, engines: tuple[str, ...]) -> str:
     files = sorted((data / "mini-swe-agent" / "trajs").glob("*.traj.json"))[: 5 if quick else None]
     if not files:
         return "_mini-swe-agent trajectories not found_"
     price = PRESETS["openai-gpt-4.1"]
     sessions = [s for f in files for s in load_sessions(f)]
-    comparisons = compare_sessions(sessions, ENGINES, context_length=32_000, model="gpt-4o")
+    comparisons = compare_sessions(sessions, engines, context_length=32_000, model="gpt-4o")
     rows: dict[str, dict[str, Any]] = {}
     for comparison in comparisons:
         traces = [("baseline (capped)", comparison.baseline), *comparison.traces.items()]
@@ -164,7 +171,7 @@ def _swe_table(data: Path, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def _recall_table(data: Path, quick: bool) -> str:
+def _recall_table(data: Path, quick: bool, engines: tuple[str, ...]) -> str:
     path = data / "LoCoMo" / "locomo10.json"
     if not path.exists():
         return "_LoCoMo not found_"
@@ -175,7 +182,7 @@ def _recall_table(data: Path, quick: bool) -> str:
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for length in (4_096, 16_384):
-        for engine in ENGINES:
+        for engine in engines:
             result = eval_locomo(
                 path, engine=engine, context_length=length, k=5, conversations=conversations
             )
@@ -203,7 +210,7 @@ def pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
-def _anchor_table(data: Path, quick: bool) -> str:
+def _anchor_table(data: Path, quick: bool, engines: tuple[str, ...]) -> str:
     files = _spotter_files(data)[: 2 if quick else None]
     if not files:
         return "_spotter transcripts not found_"
@@ -213,7 +220,7 @@ def _anchor_table(data: Path, quick: bool) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     sessions = [s for f in files for s in load_sessions(f)]
-    for engine in ENGINES:
+    for engine in engines:
         merged = RecallResult(engine, "spotter", "anchors", 5, 128_000)
         for session in sessions:
             result = eval_transcript(session, engine=engine, context_length=128_000, k=5)
@@ -238,20 +245,21 @@ def _anchor_table(data: Path, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def run(data: Path = DATA, quick: bool = False) -> str:
-    """All three tables as one markdown string."""
+def run(data: Path = DATA, quick: bool = False, engines: tuple[str, ...] | None = None) -> str:
+    """All four tables as one markdown string (``engines``: :func:`default_engines`)."""
+    engines = engines or default_engines()
     if not data.is_dir():
         return f"_{data} is absent: replay benchmark skipped_"
     return "\n\n".join(
         [
             "### Claude Code sessions: engines against the recorded compaction",
-            _claude_code_table(data, quick),
+            _claude_code_table(data, quick, engines),
             "### SWE-bench agent runs at a 32k context",
-            _swe_table(data, quick),
+            _swe_table(data, quick, engines),
             "### Recall after compaction on LoCoMo",
-            _recall_table(data, quick),
+            _recall_table(data, quick, engines),
             "### Anchor recall on the Claude Code sessions",
-            _anchor_table(data, quick),
+            _anchor_table(data, quick, engines),
         ]
     )
 
@@ -260,11 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--quick", action="store_true", help="fewer sessions")
+    parser.add_argument(
+        "--engines", help="comma-separated (default: compressor,lcm, and hermes when installed)"
+    )
     args = parser.parse_args(argv)
+    engines = tuple(e.strip() for e in args.engines.split(",")) if args.engines else None
     if not args.data.is_dir():
         print(f"shared data not found at {args.data}", file=sys.stderr)
         return 1
-    print(run(args.data, quick=args.quick))
+    print(run(args.data, quick=args.quick, engines=engines))
     return 0
 
 

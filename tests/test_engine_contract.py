@@ -56,8 +56,27 @@ ENGINES = [
 ]
 
 
+# Where Hermes's own ContextCompressor (engine "hermes", listed only where
+# hermes-agent is installed) behaves otherwise by design; docs/hermes.md says why.
+# Strict: a Hermes release that changes one of these makes the suite say so.
+HERMES_DEVIATIONS = {
+    "test_threshold_follows_the_model": "Hermes raises the threshold of windows under "
+    "512K to 75% and floors it at 64K tokens (85% of smaller windows)",
+    "test_session_reset_clears_conversation_state": "the same threshold rule, after a reset",
+    "test_compress_output_is_valid_paired_smaller_and_input_untouched": "Hermes appends a "
+    "compaction note to the system prompt",
+    "test_compress_keep_last_keeps_exactly_the_tail_and_compacts_the_rest": "Hermes's "
+    "compress has no keep_last (the host tells the user it cannot)",
+    "test_plan_compression_previews_what_compress_does_and_changes_nothing": "Hermes has "
+    "no plan_compression (the host reports that it cannot preview)",
+}
+
+
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> ContextEngine:
+    deviation = HERMES_DEVIATIONS.get(request.node.originalname)
+    if deviation and request.node.callspec.id == "hermes":
+        request.applymarker(pytest.mark.xfail(reason=deviation, strict=True))
     made: ContextEngine = request.param()
     made.on_session_start("contract-session")
     return made

@@ -33,6 +33,7 @@ from contextengine.errors import (
     EngineLoadError,
     EngineNotFoundError,
     FormatError,
+    HermesUnavailableError,
     InvalidMessagesError,
     StoreConflictError,
     StoreError,
@@ -50,6 +51,7 @@ from contextengine.formats import (
     load_sessions,
     stream_session,
 )
+from contextengine.hermes import HermesEngine, load_hermes_plugin_dir
 from contextengine.host import ContextHost
 from contextengine.identifiers import (
     append_missing_identifiers,
@@ -103,6 +105,8 @@ __all__ = [
     "EngineLoadError",
     "EngineNotFoundError",
     "FormatError",
+    "HermesEngine",
+    "HermesUnavailableError",
     "HostEvent",
     "InvalidMessagesError",
     "KeepCut",
@@ -142,6 +146,7 @@ __all__ = [
     "keep_last_cut",
     "listed_identifiers",
     "load_engine",
+    "load_hermes_plugin_dir",
     "load_session",
     "load_sessions",
     "normalize_usage",

@@ -16,7 +16,8 @@ telling configuration mistakes, invalid input and failing dependencies apart::
     │   └── StoreConflictError      another writer changed the active context first: reload, retry
     ├── FormatError                 a session file is corrupt or of an unknown format
     ├── EngineNotFoundError         no engine is registered under the requested name
-    └── EngineLoadError             an engine plugin failed to import or construct
+    ├── EngineLoadError             an engine plugin failed to import or construct
+    └── HermesUnavailableError      the Hermes adapters need hermes-agent, which is not installed
 
 The CLI maps each class to an exit code and a one-line message; see
 ``contextengine.cli``.
@@ -31,6 +32,7 @@ __all__ = [
     "EngineLoadError",
     "EngineNotFoundError",
     "FormatError",
+    "HermesUnavailableError",
     "InvalidMessagesError",
     "StoreConflictError",
     "StoreError",
@@ -175,3 +177,19 @@ class EngineLoadError(ContextEngineError):
         self.plugin = plugin
         self.cause = cause
         super().__init__(f"context engine plugin {plugin!r} failed to load: {cause}")
+
+
+class HermesUnavailableError(ContextEngineError, ImportError):
+    """The Hermes adapters need ``hermes-agent`` and it cannot be imported.
+
+    Raised by :mod:`contextengine.hermes` when one of its adapters is used in
+    an environment without the package (or with a version lacking what the
+    adapter needs); the message names the package and the extra to install.
+    ``missing`` is what could not be found.
+    """
+
+    def __init__(self, missing: str, detail: str = "") -> None:
+        self.missing = missing
+        hint = "install it with: pip install 'contextengine[hermes]' (or pip install hermes-agent)"
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"the Hermes adapter needs {missing}{extra}; {hint}")

@@ -49,6 +49,7 @@ __all__ = [
     "BUILTIN_ENGINES",
     "DEFAULT_ENGINE",
     "ENTRY_POINT_GROUP",
+    "OPTIONAL_ENGINES",
     "EngineInfo",
     "Registry",
     "available_engines",
@@ -71,6 +72,15 @@ BUILTIN_ENGINES: dict[str, str] = {
 }
 _SOURCE_CHECKOUT = "contextengine (source checkout)"
 
+#: Our engines that drive another package: (the distribution, the extra that
+#: installs it). They are registered like the others but listed and loadable
+#: only where that distribution is installed; elsewhere loading one says what
+#: to install.
+OPTIONAL_ENGINES: dict[str, tuple[str, str]] = {
+    "hermes": ("hermes-agent", "hermes"),
+}
+BUILTIN_ENGINES["hermes"] = "contextengine.hermes.host_engine:HermesEngine"
+
 EntryPointSource = Callable[[], Iterable[metadata.EntryPoint]]
 
 
@@ -91,14 +101,29 @@ class _Candidate:
     entry_point: metadata.EntryPoint
 
 
+def _missing_requirement(name: str, value: str) -> str | None:
+    """The distribution our optional engine ``name`` needs when it is not installed, else None."""
+    needed = OPTIONAL_ENGINES.get(name)
+    if needed is None or not value.startswith("contextengine."):
+        return None  # a third-party engine of that name is its own business
+    try:
+        metadata.distribution(needed[0])
+    except metadata.PackageNotFoundError:
+        return needed[0]
+    return None
+
+
 def _installed_entry_points() -> list[metadata.EntryPoint]:
-    """Entry points of the group from the installed distributions, plus built-in fallbacks."""
+    """Entry points of the group from the installed distributions, plus built-in fallbacks.
+
+    Our optional engines whose package is missing are left out.
+    """
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     names = {ep.name for ep in found}
     for name, value in BUILTIN_ENGINES.items():
         if name not in names:
             found.append(metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
-    return found
+    return [ep for ep in found if _missing_requirement(ep.name, ep.value) is None]
 
 
 def _origin(ep: metadata.EntryPoint) -> str:
@@ -278,6 +303,10 @@ class Registry:
         """
         candidate, candidates = self._candidate(name)
         if candidate is None:
+            try:
+                _raise_if_optional(name)
+            except EngineLoadError as exc:
+                return str(exc)
             return str(EngineNotFoundError(name, sorted(candidates)))
         try:
             self._import(candidate)
@@ -359,6 +388,7 @@ class Registry:
             options = {**config.engine_options, **options}
         candidate, candidates = self._candidate(name)
         if candidate is None:
+            _raise_if_optional(name)
             raise EngineNotFoundError(name, sorted(candidates))
         try:
             target = self._import(candidate)
@@ -418,6 +448,21 @@ class Registry:
         )
         target = self._import(fallback)
         return self._construct(fallback, target, _with_configured(target, {}, config, main_model))
+
+
+def _raise_if_optional(name: str) -> None:
+    """EngineLoadError saying what to install when ``name`` is our engine for a missing package."""
+    needed = OPTIONAL_ENGINES.get(name)
+    if needed is None:
+        return
+    value = BUILTIN_ENGINES.get(name, "contextengine.")
+    missing = _missing_requirement(name, value)
+    if missing is not None:
+        raise EngineLoadError(
+            f"{name} (contextengine)",
+            f"it needs the {missing} package, which is not installed: "
+            f"pip install 'contextengine[{needed[1]}]'",
+        )
 
 
 #: The registry behind :func:`load_engine` and :func:`available_engines`.

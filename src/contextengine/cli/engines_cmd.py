@@ -63,6 +63,12 @@ def engines(as_json: bool, output: Path | None) -> None:
     if problem is not None:
         click.echo(f"warning: {problem}", err=True)
     data = [{**row._asdict(), "configured": row.name == configured} for row in rows]
+    for item in data:
+        if item["name"] == "hermes" and item["origin"] == "contextengine":
+            from contextengine.hermes import compressor_missing_hooks, unavailable_hooks
+
+            item["unavailable_on_host"] = list(compressor_missing_hooks())
+            item["unavailable_in_hermes"] = unavailable_hooks()
     if emit_json(data, as_json=as_json, output=output):
         return
     if not rows:
@@ -73,6 +79,27 @@ def engines(as_json: bool, output: Path | None) -> None:
         for row in rows
     ]
     click.echo(_table(table, ("  name", "package", "description")))
+    for line in _hermes_notes():
+        click.echo(line)
+
+
+def _hermes_notes() -> list[str]:
+    """What is unavailable with the installed hermes-agent, both ways; [] without it."""
+    from contextengine.hermes import compressor_missing_hooks, hermes_version, unavailable_hooks
+
+    version = hermes_version()
+    if version is None:
+        return []
+    inside = ", ".join(unavailable_hooks()) or "none"
+    on_host = ", ".join(compressor_missing_hooks()) or "none"
+    return [
+        "",
+        f"hermes-agent {version} is installed:",
+        f"  our engines inside Hermes (context.engine: contextengine-<name>): "
+        f"Hermes never calls {inside}",
+        f"  the hermes engine here (Hermes's ContextCompressor): it has no {on_host} "
+        "(our defaults apply)",
+    ]
 
 
 @click.command()
