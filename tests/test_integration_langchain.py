@@ -25,12 +25,11 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
+from agent_script import CODE, file_text, responder, text_of, tool_message
 from contextengine import CompactionEvent, ContextEngine
 from contextengine.integrations.langchain import ContextEngineMiddleware
 from contextengine.testing import RecordingEngine, ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
-
-CODE = "ZX-4471"
 
 
 @pytest.fixture(autouse=True)
@@ -41,45 +40,15 @@ def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
 
 
-def _file_text(name: str) -> str:
-    # Long enough that a few of them overflow a 2,500-token window.
-    lines = [f"{name} line {i}: the quick brown fox jumps over the lazy dog" for i in range(70)]
-    if name == "notes.txt":
-        lines.insert(7, f"the deploy code is {CODE}")
-    return "\n".join(lines)
-
-
 @tool
 def read_file(name: str) -> str:
     """Read a file of the project."""
-    return _file_text(name)
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
-def _responder(body: dict[str, Any]) -> dict[str, Any]:
-    """The scripted model: decides from the request it is sent, as a model would."""
-    messages = body["messages"]
-    last = messages[-1]
-    if last["role"] == "user":
-        text = _text(last)
-        if text.startswith("search"):
-            return {"tool_calls": [{"name": "lcm_grep", "arguments": {"query": CODE}}]}
-        name = text.split()[-1]
-        return {"tool_calls": [{"name": "read_file", "arguments": {"name": name}}]}
-    if last["role"] == "tool":
-        return {"content": f"Done: {_text(last)[:40]}"}
-    return {"content": "ok"}
+    return file_text(name)
 
 
 @pytest.fixture
 def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=_responder) as srv:
+    with ScriptedOpenAIServer(responder=responder) as srv:
         yield srv
 
 
@@ -94,21 +63,6 @@ def _agent(server: ScriptedOpenAIServer, middleware: ContextEngineMiddleware) ->
         middleware=[middleware],
         checkpointer=InMemorySaver(),
     )
-
-
-def _tool_message(request: dict[str, Any], name: str) -> dict[str, Any]:
-    calls = {
-        call["id"]: call["function"]["name"]
-        for message in request["messages"]
-        for call in message.get("tool_calls") or []
-    }
-    found = [
-        m
-        for m in request["messages"]
-        if m["role"] == "tool" and calls.get(m.get("tool_call_id")) == name
-    ]
-    assert found, f"no {name} result in the request"
-    return found[-1]
 
 
 def test_a_long_run_compacts_and_lcm_grep_finds_what_left_the_context(
@@ -134,7 +88,7 @@ def test_a_long_run_compacts_and_lcm_grep_finds_what_left_the_context(
     assert all(CODE not in json.dumps(m) for m in last_request["messages"])
 
     result = agent.invoke({"messages": [HumanMessage(f"search for {CODE}")]}, config)
-    grep_result = _tool_message(server.requests[-1], "lcm_grep")
+    grep_result = tool_message(server.requests[-1], "lcm_grep")
     hits = json.loads(grep_result["content"])
     # The hit is the read_file result that left the context, found by its id.
     tool_hits = [h for h in hits["results"] if h["role"] == "tool"]
@@ -146,7 +100,7 @@ def test_a_long_run_compacts_and_lcm_grep_finds_what_left_the_context(
     humans = [m.content for m in messages if isinstance(m, HumanMessage)]
     assert humans == [f"please read {n}" for n in files] + [f"search for {CODE}"]
     file_results = [m for m in messages if isinstance(m, ToolMessage) and m.name == "read_file"]
-    assert [m.content for m in file_results] == [_file_text(n) for n in files]
+    assert [m.content for m in file_results] == [file_text(n) for n in files]
     assert isinstance(messages[-1], AIMessage) and messages[-1].content.startswith("Done")
     host = middleware.host_for("t-1")
     assert host is not None and host.session_id == "t-1"
@@ -170,9 +124,7 @@ def test_the_compressor_compacts_its_own_history_and_the_state_keeps_everything(
     assert max(sizes) <= 4_000
     state = agent.get_state(config).values["messages"]
     assert len(state) == 4 * len(files)
-    assert [m.content for m in state if isinstance(m, ToolMessage)] == [
-        _file_text(n) for n in files
-    ]
+    assert [m.content for m in state if isinstance(m, ToolMessage)] == [file_text(n) for n in files]
     # The host kept its compacted history between calls instead of compacting
     # the whole state again each time.
     host = middleware.host_for("c")
@@ -193,7 +145,7 @@ def test_a_thread_rewound_to_an_earlier_checkpoint_sends_that_checkpoint_s_messa
     agent.invoke({"messages": [HumanMessage("please read b.py")]}, config)
     # Time travel: continue from the checkpoint after the first turn.
     agent.invoke({"messages": [HumanMessage("please read c.py")]}, after_first)
-    sent = [_text(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
+    sent = [text_of(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
     assert sent == ["please read a.py", "please read c.py"]
 
 
@@ -237,7 +189,7 @@ def test_each_model_call_runs_the_hooks_in_order_and_records_the_real_usage(
         {"role": "user", "content": "please read a.py"},
     ]
     assert second["messages"][-1]["role"] == "tool"
-    assert second["messages"][-1]["content"] == _file_text("a.py")
+    assert second["messages"][-1]["content"] == file_text("a.py")
     names = engine.hook_names(
         skip={
             "should_compress_preflight",

@@ -29,6 +29,7 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
+from agent_script import CODE, file_text, responder, text_of, tool_message
 from contextengine import CompactionEvent
 from contextengine.integrations.openai_agents import (
     ArchiveSession,
@@ -40,8 +41,6 @@ from contextengine.testing import RecordingEngine, ScriptedOpenAIServer
 from contextengine.tokens import count_message_tokens
 from pg_support import pg_store
 
-CODE = "ZX-4471"
-
 
 @pytest.fixture(autouse=True)
 def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,42 +48,15 @@ def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     set_tracing_disabled(True)
 
 
-def _file_text(name: str) -> str:
-    lines = [f"{name} line {i}: the quick brown fox jumps over the lazy dog" for i in range(70)]
-    if name == "notes.txt":
-        lines.insert(7, f"the deploy code is {CODE}")
-    return "\n".join(lines)
-
-
 @function_tool
 def read_file(name: str) -> str:
     """Read a file of the project."""
-    return _file_text(name)
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
-def _responder(body: dict[str, Any]) -> dict[str, Any]:
-    """The scripted model: decides from the request it is sent."""
-    last = body["messages"][-1]
-    if last["role"] == "user":
-        text = _text(last)
-        if text.startswith("search"):
-            return {"tool_calls": [{"name": "lcm_grep", "arguments": {"query": CODE}}]}
-        return {"tool_calls": [{"name": "read_file", "arguments": {"name": text.split()[-1]}}]}
-    if last["role"] == "tool":
-        return {"content": f"Done: {_text(last)[:40]}"}
-    return {"content": "ok"}
+    return file_text(name)
 
 
 @pytest.fixture
 def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=_responder) as srv:
+    with ScriptedOpenAIServer(responder=responder) as srv:
         yield srv
 
 
@@ -111,21 +83,6 @@ async def _run(
     )
     hooks = compaction.hooks if compaction is not None else None
     return await Runner.run(agent, text, session=session, run_config=config, hooks=hooks)
-
-
-def _tool_message(request: dict[str, Any], name: str) -> dict[str, Any]:
-    calls = {
-        call["id"]: call["function"]["name"]
-        for message in request["messages"]
-        for call in message.get("tool_calls") or []
-    }
-    found = [
-        m
-        for m in request["messages"]
-        if m["role"] == "tool" and calls.get(m.get("tool_call_id")) == name
-    ]
-    assert found, f"no {name} result in the request"
-    return found[-1]
 
 
 def test_runs_on_one_session_compact_answer_lcm_grep_and_archive_every_item(
@@ -156,7 +113,7 @@ def test_runs_on_one_session_compact_answer_lcm_grep_and_archive_every_item(
     grep_request = server.requests[-1]
     sent_before = [m for m in grep_request["messages"] if m["role"] == "tool"][:-1]
     assert all(CODE not in json.dumps(m) for m in sent_before)
-    hits = json.loads(_tool_message(grep_request, "lcm_grep")["content"])
+    hits = json.loads(tool_message(grep_request, "lcm_grep")["content"])
     tool_hits = [h for h in hits["results"] if h["role"] == "tool"]
     assert tool_hits and "notes.txt" in tool_hits[0]["snippet"], hits
     assert result.final_output.startswith("Done")
@@ -168,7 +125,7 @@ def test_runs_on_one_session_compact_answer_lcm_grep_and_archive_every_item(
     assert kinds.count("function_call") == len(files) + 1
     assert kinds.count("function_call_output") == len(files) + 1
     outputs = [i["output"] for i in items if i.get("type") == "function_call_output"]
-    assert outputs[: len(files)] == [_file_text(n) for n in files]
+    assert outputs[: len(files)] == [file_text(n) for n in files]
     session.close()
 
     # Reopened from the file: the same items.
@@ -208,7 +165,7 @@ def test_the_compressor_keeps_every_request_in_the_window_over_many_runs(
     )
     items = asyncio.run(session.get_items())
     outputs = [i["output"] for i in items if i.get("type") == "function_call_output"]
-    assert outputs == [_file_text(n) for n in files]
+    assert outputs == [file_text(n) for n in files]
     assert len(compaction.host.history) < len(items)
     session.close()
 
@@ -229,7 +186,7 @@ def test_each_model_call_runs_the_hooks_in_order_with_the_real_usage(
     assert second["messages"][-1] == {
         "role": "tool",
         "tool_call_id": second["messages"][-2]["tool_calls"][0]["id"],
-        "content": _file_text("a.py"),
+        "content": file_text("a.py"),
     }
     skip = {
         "should_compress_preflight",
@@ -251,7 +208,7 @@ def test_each_model_call_runs_the_hooks_in_order_with_the_real_usage(
     assert usage["prompt_tokens"] == count_message_tokens(second["messages"], "gpt-4o")
     finished = engine.calls_to("on_turn_complete")[0]["messages"]
     assert [m["role"] for m in finished] == ["system", "user", "assistant", "tool", "assistant"]
-    assert _text(finished[-1]).startswith("Done")
+    assert text_of(finished[-1]).startswith("Done")
     session.close()
 
 
@@ -267,7 +224,7 @@ def test_input_that_no_longer_extends_the_last_call_starts_a_new_engine_session(
     asyncio.run(
         _run(agent, "please read b.py", ArchiveSession("other", store=":memory:"), compaction)
     )
-    users = [_text(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
+    users = [text_of(m) for m in server.requests[-2]["messages"] if m["role"] == "user"]
     assert users == ["please read b.py"]
     starts = engine.calls_to("on_session_start")
     assert [s["session_id"] for s in starts] == ["chat", "chat~1"]
