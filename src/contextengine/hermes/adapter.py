@@ -46,7 +46,7 @@ from typing import Any
 
 from contextengine.engine import ContextEngine, call_with_supported_kwargs
 from contextengine.errors import HermesUnavailableError
-from contextengine.hermes.mapping import bare_tool_schema, usage_from_hermes
+from contextengine.hermes.mapping import TOKEN_FIELDS, bare_tool_schema, usage_from_hermes
 
 __all__ = ["hermes_abc", "hermes_engine_class", "live_engines", "make_hermes_engine"]
 
@@ -59,19 +59,6 @@ EngineFactory = Callable[[], ContextEngine]
 # hook (a global one) can reach the engine of the session that just finished a
 # turn. Weak: an agent Hermes drops takes its engine with it.
 _LIVE: weakref.WeakSet[_ForwardingEngine] = weakref.WeakSet()
-
-# The integer state Hermes reads (and partly writes) on the engine object.
-_TOKEN_FIELDS = (
-    "last_prompt_tokens",
-    "last_completion_tokens",
-    "last_total_tokens",
-    "threshold_tokens",
-    "context_length",
-    "compression_count",
-    "threshold_percent",
-    "protect_first_n",
-    "protect_last_n",
-)
 
 
 def _forwarded(field: str) -> property:
@@ -316,7 +303,7 @@ class _ForwardingEngine:
             closer()
 
 
-for _field in _TOKEN_FIELDS:
+for _field in TOKEN_FIELDS:
     setattr(_ForwardingEngine, _field, _forwarded(_field))
 
 

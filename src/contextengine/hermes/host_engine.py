@@ -39,7 +39,7 @@ from typing import Any
 from contextengine.engine import ContextEngine, call_with_supported_kwargs, sanitize_memory_context
 from contextengine.errors import EngineLoadError, HermesUnavailableError
 from contextengine.hermes.adapter import hermes_abc
-from contextengine.hermes.mapping import wrapped_tool_schema
+from contextengine.hermes.mapping import TOKEN_FIELDS, wrapped_tool_schema
 from contextengine.redact import redact_messages
 from contextengine.summary_prompt import render_summary_prompt
 from contextengine.summary_request import Summarizer, SummaryRequest
@@ -69,18 +69,6 @@ _USAGE_FIELDS = (
     "last_completion_tokens",
     "last_total_tokens",
     "last_real_prompt_tokens",
-)
-
-_TOKEN_FIELDS = (
-    "last_prompt_tokens",
-    "last_completion_tokens",
-    "last_total_tokens",
-    "threshold_tokens",
-    "context_length",
-    "compression_count",
-    "threshold_percent",
-    "protect_first_n",
-    "protect_last_n",
 )
 
 
@@ -515,5 +503,5 @@ class HermesEngine(ContextEngine):
             setattr(self.hermes, field, value)
 
 
-for _field in _TOKEN_FIELDS:
+for _field in TOKEN_FIELDS:
     setattr(HermesEngine, _field, _forwarded(_field))

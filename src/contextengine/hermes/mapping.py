@@ -23,7 +23,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["bare_tool_schema", "usage_from_hermes", "wrapped_tool_schema"]
+__all__ = ["TOKEN_FIELDS", "bare_tool_schema", "usage_from_hermes", "wrapped_tool_schema"]
+
+#: The integer state Hermes reads (and partly writes) on an engine object: each
+#: adapter forwards these attributes to the engine it wraps.
+TOKEN_FIELDS = (
+    "last_prompt_tokens",
+    "last_completion_tokens",
+    "last_total_tokens",
+    "threshold_tokens",
+    "context_length",
+    "compression_count",
+    "threshold_percent",
+    "protect_first_n",
+    "protect_last_n",
+)
 
 
 def _int(value: Any) -> int:
