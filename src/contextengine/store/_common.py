@@ -34,6 +34,7 @@ from contextengine.store.protocol import (
     SummaryRecord,
 )
 from contextengine.store.retention import plan_prune
+from contextengine.store.turn_lock import TurnLock
 
 __all__ = [
     "CONTEXT_CHARS",
@@ -338,13 +339,15 @@ def check_search(
     return limit, offset
 
 
-class StoreBase(abc.ABC):
+class StoreBase(TurnLock, abc.ABC):
     """The methods of a store whose SQL is the same in every dialect but for the parameter mark.
 
     A store subclasses it, sets :attr:`MARK` and implements :meth:`_read` (one
     read-only query), :meth:`_delete_conversations` (one transaction) and the
     methods whose SQL differs. The queries here are written with ``?`` marks
     and hold no other ``?``; :meth:`_select` turns them into the store's marks.
+    The turn lock (:class:`~contextengine.store.turn_lock.TurnLock`) is
+    in-process unless the store overrides it (PostgreSQL).
     """
 
     #: The dialect's parameter mark: ``?`` (sqlite3) or ``%s`` (psycopg).
@@ -426,6 +429,29 @@ class StoreBase(abc.ABC):
                     lineage.append(str(parent))
                     frontier.append(str(parent))
         return lineage
+
+    def session_stamp(self, session_key: str) -> tuple[int, float] | None:
+        """What ``session_key``'s conversation holds now: (message count, ``updated_at``).
+
+        None when the archive has no conversation for the key. Every write
+        that changes what a host would load (messages, context, compactions)
+        moves ``updated_at``, so a host that saw one stamp and finds another
+        knows someone else wrote since: ``contextengine serve`` compares them
+        under its turn lock to notice that another process served the session.
+        Two indexed queries, whatever the conversation's length.
+        """
+        rows = self._select(
+            "SELECT id, updated_at FROM conversations WHERE session_key = ?", (session_key,)
+        )
+        if not rows:
+            alias = self.session_alias(session_key)
+            if alias is None:
+                return None
+            rows = self._select("SELECT id, updated_at FROM conversations WHERE id = ?", (alias,))
+            if not rows:
+                return None
+        conversation_id, updated_at = rows[0]
+        return self.message_count(str(conversation_id)), float(updated_at)
 
     def session_alias(self, session_key: str) -> str | None:
         """The conversation ``session_key`` continues (:meth:`alias_session`), or None."""
