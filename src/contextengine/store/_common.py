@@ -339,7 +339,7 @@ def check_search(
     return limit, offset
 
 
-class StoreBase(TurnLock, abc.ABC):
+class StoreBase(abc.ABC, TurnLock):
     """The methods of a store whose SQL is the same in every dialect but for the parameter mark.
 
     A store subclasses it, sets :attr:`MARK` and implements :meth:`_read` (one
@@ -694,7 +694,7 @@ class StoreBase(TurnLock, abc.ABC):
             raise StoreError(f"large content {content_id} vanished after it was written")
         return stored
 
-    def sync(self) -> None:  # noqa: B027 - a store whose commits are durable needs nothing
+    def sync(self) -> None:
         """Make committed writes durable; nothing to do where every commit already is."""
 
     def delete_conversation(self, conversation_id: str) -> None:

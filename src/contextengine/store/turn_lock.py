@@ -57,7 +57,7 @@ class TurnLock:
             if state is None:
                 state = (threading.Lock(), set())
                 self.__dict__["_turn_state"] = state
-            return state  # type: ignore[no-any-return]
+            return state
 
     def try_turn_lock(self, session_key: str) -> bool:
         """Take ``session_key``'s turn lock if nobody holds it; True when taken. Never waits."""
