@@ -33,6 +33,13 @@ next item). When the script is empty the ``responder`` callable answers, then
 ``default_reply``; with neither, the server answers 500 "script exhausted" so
 that a test asking more than it scripted fails loudly.
 
+A streamed reply can be paced: ``add_reply(..., stream_delay_s=0.01)`` pauses
+between events, and ``add_reply(..., hold_last_chunk=event)`` sends every
+event but the last and waits for ``event`` (a :class:`threading.Event` the
+test sets, or the server closing): a client that sees the first content
+before it sets the event proves nothing between it and the server buffered
+the stream.
+
 Replies carry a realistic ``usage``: prompt tokens counted on the request's
 messages with :func:`contextengine.tokens.count_message_tokens` and completion
 tokens on the reply, unless the script gives one. A reply with tool calls has
