@@ -98,11 +98,11 @@ class Fleet:
         pause = POLL_S
         waited = False
         while not await asyncio.to_thread(self._store.try_turn_lock, key):
+            if time.monotonic() >= deadline:
+                return False
             if not waited:
                 waited = True
                 self.contended += 1
-            if time.monotonic() >= deadline:
-                return False
             await asyncio.sleep(pause)
             pause = min(pause * 2, MAX_POLL_S)
         return True
