@@ -231,27 +231,27 @@ def test_a_session_locked_elsewhere_for_too_long_fails_open_and_is_counted() -> 
     openai = need("openai")
     from contextengine.store.postgres import PostgresStore
 
-    with archive_url() as store, PostgresStore(store) as other_process:  # noqa: SIM117
-        # The schema must outlive the proxy, which ends its sessions on closing.
-        with (
-            ScriptedOpenAIServer(default_reply="Fine.") as upstream,
-            proxy(upstream, store=store) as px,
-        ):
-            fleet = px.app.state.proxy.fleet
-            fleet.wait_s = 0.2
-            headers = {"authorization": f"Bearer {KEY}", "x-context-session": TICKET}
-            assert other_process.try_turn_lock(session_key(headers, None, []))
-            history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": FACT}]
-            raw = client(openai, px).chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=history
-            )
-            assert raw.headers["x-context-fail-open"] == "FleetLockTimeout"
-            assert raw.parse().choices[0].message.content == "Fine."
-            assert "tools" not in upstream.requests[-1], "the engine ran without the lock"
-            assert metric(px, "turn_lock_contended_total") == 1
-            other_process.release_turn_lock(session_key(headers, None, []))
-            raw = client(openai, px).chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=history
-            )
-            assert "x-context-fail-open" not in raw.headers
-            assert "tools" in upstream.requests[-1]  # lcm's tools: the engine is back
+    with (
+        archive_url() as store,
+        PostgresStore(store) as other_process,
+        ScriptedOpenAIServer(default_reply="Fine.") as upstream,
+        proxy(upstream, store=store) as px,
+    ):
+        fleet = px.app.state.proxy.fleet
+        fleet.wait_s = 0.2
+        headers = {"authorization": f"Bearer {KEY}", "x-context-session": TICKET}
+        assert other_process.try_turn_lock(session_key(headers, None, []))
+        history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": FACT}]
+        raw = client(openai, px).chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=history
+        )
+        assert raw.headers["x-context-fail-open"] == "FleetLockTimeout"
+        assert raw.parse().choices[0].message.content == "Fine."
+        assert "tools" not in upstream.requests[-1], "the engine ran without the lock"
+        assert metric(px, "turn_lock_contended_total") == 1
+        other_process.release_turn_lock(session_key(headers, None, []))
+        raw = client(openai, px).chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=history
+        )
+        assert "x-context-fail-open" not in raw.headers
+        assert "tools" in upstream.requests[-1]  # lcm's tools: the engine is back
