@@ -438,20 +438,17 @@ class StoreBase(abc.ABC, TurnLock):
         moves ``updated_at``, so a host that saw one stamp and finds another
         knows someone else wrote since: ``contextengine serve`` compares them
         under its turn lock to notice that another process served the session.
-        Two indexed queries, whatever the conversation's length.
+        One indexed query, whatever the conversation's length (two for an alias).
         """
-        rows = self._select(
-            "SELECT id, updated_at FROM conversations WHERE session_key = ?", (session_key,)
+        query = (
+            "SELECT COALESCE((SELECT MAX(seq) + 1 FROM messages m WHERE m.conversation_id = c.id),"
+            " 0), c.updated_at FROM conversations c WHERE c.{} = ?"
         )
+        rows = self._select(query.format("session_key"), (session_key,))
         if not rows:
             alias = self.session_alias(session_key)
-            if alias is None:
-                return None
-            rows = self._select("SELECT id, updated_at FROM conversations WHERE id = ?", (alias,))
-            if not rows:
-                return None
-        conversation_id, updated_at = rows[0]
-        return self.message_count(str(conversation_id)), float(updated_at)
+            rows = self._select(query.format("id"), (alias,)) if alias is not None else []
+        return (int(rows[0][0]), float(rows[0][1])) if rows else None
 
     def session_alias(self, session_key: str) -> str | None:
         """The conversation ``session_key`` continues (:meth:`alias_session`), or None."""
