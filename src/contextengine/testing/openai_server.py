@@ -582,9 +582,7 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._serve(body, item)
 
-        def _stream_events(
-            self, events: list[tuple[str, dict[str, Any]]], reply: _Reply
-        ) -> None:
+        def _stream_events(self, events: list[tuple[str, dict[str, Any]]], reply: _Reply) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
