@@ -66,7 +66,7 @@ def build_host_factory(
     engine gets the ``Store`` object, which it does not own): one SQLite
     connection, or one PostgreSQL pool, per proxy process.
     """
-    factory, store = _build(settings, metrics)
+    factory, store = shared_store(settings, metrics)
     return factory, store.close if store is not None else None
 
 
@@ -75,13 +75,10 @@ def shared_store(
 ) -> tuple[Callable[[], AsyncContextHost], Any]:
     """:func:`build_host_factory`, with the archive itself (None without one).
 
-    The proxy uses the store for its fleet lock when the store is shared
-    across processes (``shared_across_processes``: PostgreSQL).
+    The proxy closes the store when it stops, and takes its turn lock for
+    every request when the store is shared across processes
+    (``shared_across_processes``: PostgreSQL).
     """
-    return _build(settings, metrics)
-
-
-def _build(settings: ServeSettings, metrics: Metrics) -> tuple[Callable[[], AsyncContextHost], Any]:
     options: dict[str, Any] = dict(settings.engine_options)
     store: Any = None
     if settings.engine == "lcm" or settings.store:
