@@ -255,3 +255,65 @@ def test_a_session_locked_elsewhere_for_too_long_fails_open_and_is_counted() -> 
         )
         assert "x-context-fail-open" not in raw.headers
         assert "tools" in upstream.requests[-1]  # lcm's tools: the engine is back
+
+
+def test_many_sessions_across_both_proxies_at_once_hold_no_pooled_connection() -> None:
+    """12 sessions in flight at once on pools of 4: held turns borrow no pool slot.
+
+    Were the turn locks on pooled connections, the fourth holder would leave
+    none for the archive's own writes: requests would wait for the pool's
+    timeout and fail open. Every request here is served by the engine.
+    """
+    openai = need("openai")
+    sessions, turns = 12, 4
+
+    def responder(body: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.05)  # an upstream that takes a while: the turns of all sessions overlap
+        return {"content": f"ok {len(body['messages'])}"}
+
+    failures: list[str] = []
+    with (
+        archive_url() as store,
+        ScriptedOpenAIServer(responder=responder) as upstream,
+        proxy(upstream, store=store) as a,
+        proxy(upstream, store=store) as b,
+    ):
+
+        def converse(index: int) -> None:
+            history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+            sdks = [
+                opened(
+                    openai.OpenAI(
+                        base_url=px.base_url,
+                        api_key=KEY,
+                        max_retries=0,
+                        timeout=60,
+                        default_headers={"X-Context-Session": f"many-{index}"},
+                    )
+                )
+                for px in (a, b)
+            ]
+            try:
+                for turn in range(turns):
+                    history.append({"role": "user", "content": f"session{index}: turn {turn}"})
+                    sdk = sdks[(index + turn) % 2]  # every session alternates between proxies
+                    raw = sdk.chat.completions.with_raw_response.create(
+                        model="gpt-4o", messages=history
+                    )
+                    if "x-context-fail-open" in raw.headers:
+                        failures.append(f"session {index} turn {turn}: fail-open")
+                    answer = raw.parse().choices[0].message.content
+                    history.append({"role": "assistant", "content": answer})
+            except Exception as exc:
+                failures.append(f"session {index}: {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=converse, args=(i,)) for i in range(sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not failures, failures
+        assert len(upstream.requests) == sessions * turns
+        # Every session moved at every turn: each turn after the first resumed from the archive.
+        resumed = sum(metric(px, "sessions_resumed_total") for px in (a, b))
+        assert resumed == sessions * (turns - 2)
