@@ -57,6 +57,14 @@ BENCHMARKS: tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...] = (
         {"sizes": [100, 1_000, 5_000]},
     ),
     ("compaction", "Compaction: one forced, and the requests that compact", {}, {}),
+    (
+        "serve",
+        "contextengine serve under load",
+        # The load (50 x 40, both engines, 10% recall turns): about 25 s in all on 2
+        # quiet cores; its three phases are bounded at 50 s each (~3 min at the very worst).
+        {"sessions": 50, "turns": 40, "engines": ("lcm", "compressor"), "timeout": 50.0},
+        {"sessions": 10, "turns": 10, "engines": ("lcm", "compressor"), "timeout": 60.0},
+    ),
     ("session_memory", "Memory of a 100,000-message session", {}, {}),
     ("recall_locomo", "lcm_grep retrieval on LoCoMo", {}, {}),
     ("replay", "Replay and recall on real sessions", {}, {}),

@@ -30,8 +30,19 @@ process's CPU time per request (user + system, from ``/proc``: what the proxy
 costs whatever else runs on the machine), the engine's wall time per
 request (``contextengine_serve_engine_seconds`` from ``/metrics``, waits for
 worker threads and the archive included), compactions, and the proxy
-process's peak RSS (``VmHWM``). Engine-tool rounds are not part of this load
-(the scripted model never calls a tool).
+process's peak RSS (``VmHWM``).
+
+**Engine-tool rounds** (``--tool-share``, default 0.1): that share of the
+turns (spread evenly, the same turns in both phases) ask about an earlier
+step, and the scripted model calls ``lcm_grep`` first whenever the request
+offers it (through the proxy with lcm; the proxy answers the call and asks
+again) and answers directly otherwise (direct, or the compressor, which has
+no tools). Their latencies are reported apart: through the proxy a recall
+turn costs two upstream calls and a search of the archive, so its added
+latency over direct includes a whole second upstream round trip (on
+loopback, with an upstream that answers at once: a real model's time would
+come on top). A recall turn whose answer reaches the client with a tool
+call in it counts as an error.
 
 The latencies are wall times on whatever machine runs it: on a shared machine
 they include waiting for a CPU (the load average and nice level are printed
@@ -41,7 +52,9 @@ Bounded: ``--timeout`` seconds per phase (default 900); a phase that runs
 out stops and is reported as such.
 
 Run: ``PYTHONPATH=src python benchmarks/serve.py [--sessions 50] [--turns 40]
-[--context-length 4000] [--engines lcm,compressor]``.
+[--context-length 4000] [--engines lcm,compressor] [--tool-share 0.1]``.
+``benchmarks/run_all.py`` runs it at 50 sessions × 20 turns (``--quick``:
+10 × 10).
 """
 
 from __future__ import annotations
@@ -64,6 +77,8 @@ import httpx
 
 SYSTEM = "You are a coding assistant. Answer in one sentence."
 ANSWER = "Understood; I will keep that in mind for the next step of the task."
+#: What a recall turn adds to its user message (the upstream calls lcm_grep on seeing it).
+RECALL = " [recall] Which test failed two steps ago, and what did it expect?"
 
 
 @dataclass
@@ -77,12 +92,20 @@ class Phase:
     timed_out: bool = False
     #: CPU seconds the upstream process spent during the phase.
     upstream_cpu: float = 0.0
+    #: Latencies of the recall turns only (also in ``latencies``).
+    recall_latencies: list[float] = field(default_factory=list)
 
-    def pct(self, q: float) -> float:
-        if not self.latencies:
+    def pct(self, q: float, *, recall: bool = False) -> float:
+        values = self.recall_latencies if recall else self.latencies
+        if not values:
             return float("nan")
-        ordered = sorted(self.latencies)
+        ordered = sorted(values)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def is_recall(turn: int, share: float) -> bool:
+    """Whether ``turn`` is a recall turn: ``share`` of the turns, spread evenly, never the first."""
+    return share > 0 and int((turn + 1) * share) != int(turn * share)
 
 
 def user_text(session: int, turn: int) -> str:
@@ -95,14 +118,22 @@ def user_text(session: int, turn: int) -> str:
 
 
 async def _session(
-    client: httpx.AsyncClient, url: str, session: int, turns: int, phase: Phase, proxied: bool
+    client: httpx.AsyncClient,
+    url: str,
+    session: int,
+    turns: int,
+    phase: Phase,
+    proxied: bool,
+    tool_share: float,
 ) -> None:
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     headers = {"authorization": "Bearer sk-bench"}
     if proxied:
         headers["x-context-session"] = f"bench-{session}"
     for turn in range(turns):
-        history.append({"role": "user", "content": user_text(session, turn)})
+        recall = is_recall(turn, tool_share)
+        text = user_text(session, turn) + (RECALL if recall else "")
+        history.append({"role": "user", "content": text})
         start = time.perf_counter()
         kind = ""
         try:
@@ -112,9 +143,13 @@ async def _session(
             ok = response.status_code == 200
             kind = "" if ok else f"status {response.status_code}: {response.text[:120]}"
             message = response.json()["choices"][0]["message"] if ok else None
+            if message is not None and message.get("tool_calls"):
+                ok, kind = False, "a tool call reached the client"
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             ok, message, kind = False, None, type(exc).__name__
         phase.latencies.append(time.perf_counter() - start)
+        if recall:
+            phase.recall_latencies.append(phase.latencies[-1])
         if not ok or message is None:
             phase.errors += 1
             phase.kinds[kind] = phase.kinds.get(kind, 0) + 1
@@ -122,13 +157,17 @@ async def _session(
         history.append({"role": "assistant", "content": message.get("content") or ""})
 
 
-async def run_phase(name: str, url: str, sessions: int, turns: int, timeout: float) -> Phase:
+async def run_phase(
+    name: str, url: str, sessions: int, turns: int, timeout: float, tool_share: float = 0.0
+) -> Phase:
     phase = Phase(name)
     limits = httpx.Limits(max_connections=sessions * 2, max_keepalive_connections=sessions * 2)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
         start = time.perf_counter()
         tasks = [
-            asyncio.create_task(_session(client, url, s, turns, phase, name != "direct"))
+            asyncio.create_task(
+                _session(client, url, s, turns, phase, name != "direct", tool_share)
+            )
             for s in range(sessions)
         ]
         done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -172,7 +211,18 @@ def _metric(text: str, prefix: str) -> float:
 _UPSTREAM = """
 import sys
 from contextengine.testing import ScriptedOpenAIServer
-with ScriptedOpenAIServer(default_reply=sys.argv[1]) as server:
+
+def respond(body):
+    # A recall turn: call lcm_grep when offered, answer once its result is in.
+    messages = body.get("messages") or [{}]
+    offered = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+    last = messages[-1]
+    if last.get("role") == "user" and "[recall]" in str(last.get("content")):
+        if "lcm_grep" in offered and body.get("tool_choice") != "none":
+            return {"tool_calls": [{"name": "lcm_grep", "arguments": {"query": "failing test"}}]}
+    return {"content": sys.argv[1]}
+
+with ScriptedOpenAIServer(responder=respond) as server:
     print(server.base_url, flush=True)
     sys.stdin.read()  # serve until the benchmark closes our stdin
 """
@@ -222,13 +272,14 @@ def start_proxy(upstream: str, engine: str, context_length: int, store: str) -> 
     raise RuntimeError("the proxy did not start within 60 s")
 
 
-def run(
+def measure(
     sessions: int = 50,
     turns: int = 40,
     *,
     context_length: int = 4_000,
     engines: tuple[str, ...] = ("lcm",),
     timeout: float = 900.0,
+    tool_share: float = 0.1,
 ) -> list[dict[str, Any]]:
     """The direct phase, then one proxy phase per engine; the figures of each (no printing)."""
     results = []
@@ -237,7 +288,9 @@ def run(
     try:
         before = _cpu_seconds(server.pid)
         direct = asyncio.run(
-            run_phase("direct", upstream + "/chat/completions", sessions, turns, timeout)
+            run_phase(
+                "direct", upstream + "/chat/completions", sessions, turns, timeout, tool_share
+            )
         )
         direct.upstream_cpu = _cpu_seconds(server.pid) - before
         for engine in engines:
@@ -252,6 +305,7 @@ def run(
                         context_length,
                         timeout,
                         tmp,
+                        tool_share,
                     )
                 )
     finally:
@@ -270,6 +324,7 @@ def _proxied(
     context_length: int,
     timeout: float,
     tmp: str,
+    tool_share: float = 0.0,
 ) -> dict[str, Any]:
     # lcm archives to a file as a user's would; the compressor runs without an archive.
     store = str(Path(tmp) / "archive.db") if engine == "lcm" else ""
@@ -279,7 +334,7 @@ def _proxied(
         cpu_before = _cpu_seconds(process.pid)
         upstream_before = _cpu_seconds(upstream_pid)
         proxied = asyncio.run(
-            run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout)
+            run_phase("proxy", url + "/v1/chat/completions", sessions, turns, timeout, tool_share)
         )
         cpu = _cpu_seconds(process.pid) - cpu_before
         proxied.upstream_cpu = _cpu_seconds(upstream_pid) - upstream_before
@@ -296,6 +351,8 @@ def _proxied(
         * _metric(metrics, "contextengine_serve_engine_seconds_sum")
         / max(1, count),
         "compactions": _metric(metrics, "contextengine_serve_compactions_total"),
+        "engine_tool_calls": _metric(metrics, "contextengine_serve_engine_tool_calls_total"),
+        "tool_share": tool_share,
         "tokens_received": _metric(metrics, "contextengine_serve_prompt_tokens_received_total"),
         "tokens_sent": _metric(metrics, "contextengine_serve_prompt_tokens_sent_total"),
         "rss_mib": rss,
@@ -339,6 +396,7 @@ def table(figures: dict[str, Any]) -> str:
         f"- engine time per request (host + engine, from /metrics): {figures['engine_ms']:.2f} ms",
         f"- compactions: {figures['compactions']:.0f}; prompt tokens received "
         f"{figures['tokens_received']:,.0f}, sent upstream {figures['tokens_sent']:,.0f}",
+        *_recall_lines(figures),
         f"- proxy peak RSS (VmHWM): {figures['rss_mib']:.0f} MiB",
         *(f"- error: {n} × {kind}" for kind, n in {**direct.kinds, **proxy.kinds}.items()),
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, "
@@ -349,6 +407,59 @@ def table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recall_lines(figures: dict[str, Any]) -> list[str]:
+    direct: Phase = figures["direct"]
+    proxy: Phase = figures["proxy"]
+    if not proxy.recall_latencies:
+        return ["- recall turns: none (--tool-share 0)"]
+    share = figures["tool_share"]
+    calls = figures["engine_tool_calls"]
+    lines = [
+        f"- recall turns ({len(proxy.recall_latencies):,}, {share:.0%} of the turns; "
+        f"{calls:.0f} lcm_grep calls answered by the proxy): through the proxy p50 "
+        f"{proxy.pct(0.5, recall=True):.1f} ms, p99 {proxy.pct(0.99, recall=True):.1f} ms; "
+        f"direct p50 {direct.pct(0.5, recall=True):.1f} ms, p99 {direct.pct(0.99, recall=True):.1f}"
+        " ms",
+    ]
+    if calls:
+        lines.append(
+            f"- added latency of a recall turn (the engine round: a second upstream call and "
+            f"the search): p50 {proxy.pct(0.5, recall=True) - direct.pct(0.5, recall=True):+.1f}"
+            f" ms, p99 {proxy.pct(0.99, recall=True) - direct.pct(0.99, recall=True):+.1f} ms"
+        )
+    else:
+        lines.append("- this engine offers no tool: recall turns are answered directly")
+    return lines
+
+
+def run(
+    sessions: int = 50,
+    turns: int = 40,
+    *,
+    context_length: int = 4_000,
+    engines: tuple[str, ...] = ("lcm", "compressor"),
+    timeout: float = 900.0,
+    tool_share: float = 0.1,
+) -> str:
+    """The benchmark's tables (``benchmarks/run_all.py`` calls it); raises when anything erred."""
+    results = measure(
+        sessions,
+        turns,
+        context_length=context_length,
+        engines=engines,
+        timeout=timeout,
+        tool_share=tool_share,
+    )
+    text = "\n\n".join(table(figures) for figures in results)
+    if _failed(results):
+        raise RuntimeError("the serve benchmark had errors or timed out:\n" + text)
+    return text
+
+
+def _failed(results: list[dict[str, Any]]) -> bool:
+    return any(f["proxy"].errors or f["direct"].errors or f["proxy"].timed_out for f in results)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--sessions", type=int, default=50)
@@ -356,17 +467,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-length", type=int, default=4_000)
     parser.add_argument("--engines", default="lcm,compressor", help="comma-separated")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
+    parser.add_argument(
+        "--tool-share", type=float, default=0.1, help="share of turns that call lcm_grep first"
+    )
     args = parser.parse_args(argv)
-    results = run(
+    results = measure(
         args.sessions,
         args.turns,
         context_length=args.context_length,
         engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
         timeout=args.timeout,
+        tool_share=args.tool_share,
     )
     print("\n\n".join(table(figures) for figures in results))
-    failed = any(f["proxy"].errors or f["direct"].errors or f["proxy"].timed_out for f in results)
-    return 1 if failed else 0
+    return 1 if _failed(results) else 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -95,3 +96,20 @@ def test_the_anthropic_sdk_reads_it() -> None:
             final = stream.get_final_message()
         assert final.content[0].text == "Hello."
         assert final.stop_reason == "end_turn"
+
+
+def test_a_held_anthropic_stream_keeps_message_stop_until_the_gate_opens() -> None:
+    gate = threading.Event()
+    names: list[str] = []
+    with ScriptedOpenAIServer() as server, httpx.Client(timeout=30) as http:
+        server.add_reply("Sunny and warm.", hold_last_chunk=gate, stream_delay_s=0.001)
+        body = {**BODY, "stream": True}
+        with http.stream("POST", server.url + "/v1/messages", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    names.append(line[len("event: ") :])
+                    if names[-1] == "message_delta":
+                        names.append("gate opened")
+                        gate.set()
+    assert names[-3:] == ["message_delta", "gate opened", "message_stop"]
+    assert names.count("content_block_delta") == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -203,3 +204,38 @@ def test_close_is_idempotent_and_frees_the_port() -> None:
     server.close()
     with httpx.Client() as client, pytest.raises(httpx.ConnectError):
         client.get(f"{server.base_url}/models", timeout=1.0)
+
+
+def test_a_held_stream_sends_everything_but_its_last_chunk_until_the_gate_opens(
+    server: ScriptedOpenAIServer, client: httpx.Client
+) -> None:
+    gate = threading.Event()
+    server.add_reply("one two three", hold_last_chunk=gate, stream_delay_s=0.001)
+    seen: list[Any] = []
+    payload = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+    with client.stream("POST", f"{server.base_url}/chat/completions", json=payload) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: ") :]
+            seen.append(data if data == "[DONE]" else json.loads(data))
+            delta = seen[-1]["choices"][0]["delta"] if isinstance(seen[-1], dict) else {}
+            if delta.get("content") == "three":
+                # Every content chunk arrived; the last chunk (finish_reason) is held.
+                seen.append("gate opened")
+                gate.set()
+    # Only the held chunk and the terminator came after the gate opened.
+    assert seen.index("gate opened") == len(seen) - 3
+    assert seen[-2]["choices"][0]["finish_reason"] == "stop" and seen[-1] == "[DONE]"
+
+
+def test_closing_the_server_ends_a_stream_held_on_a_gate_nobody_opens() -> None:
+    with ScriptedOpenAIServer() as server, httpx.Client(timeout=30) as http:
+        server.add_reply("never finished", hold_last_chunk=threading.Event())
+        payload = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+        with http.stream("POST", f"{server.base_url}/chat/completions", json=payload) as response:
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            server.close()  # returns: the held handler gives up when the server closes
+            rest = list(lines)
+    assert "data: [DONE]" not in rest

@@ -594,3 +594,65 @@ def test_every_hit_shows_the_words_it_matched(store: Store, query: str) -> None:
         assert "«" in shown, (hit.seq, hit.snippet, hit.context)
         if hit.context is not None:
             assert "«" not in hit.snippet and texts[hit.seq or 0].startswith(hit.snippet)
+
+
+# ---------------------------------------------------------------- turn lock and session stamp
+
+
+def test_turn_lock_admits_one_turn_per_session_and_is_not_reentrant(store: Store) -> None:
+    locks: Any = store  # every store has the turn lock (in-process for SQLite)
+    assert locks.try_turn_lock("serve-a")
+    assert not locks.try_turn_lock("serve-a"), "a held turn lock was taken again"
+    assert locks.try_turn_lock("serve-b"), "sessions do not share a turn lock"
+    locks.release_turn_lock("serve-a")
+    assert locks.try_turn_lock("serve-a")
+    locks.release_turn_lock("serve-a")
+    locks.release_turn_lock("serve-b")
+    locks.release_turn_lock("never-held")  # nothing happens
+
+
+def test_turn_lock_waits_for_the_holder_and_times_out(store: Store) -> None:
+    import threading
+
+    locks: Any = store
+    order: list[str] = []
+    assert locks.try_turn_lock("serve-a")
+    entered = threading.Event()
+
+    def second_turn() -> None:
+        entered.set()
+        with locks.turn_lock("serve-a", timeout_s=30):
+            order.append("second")
+
+    thread = threading.Thread(target=second_turn)
+    thread.start()
+    entered.wait(10)
+    with pytest.raises(StoreError, match="still held"), locks.turn_lock("serve-a", timeout_s=0.05):
+        pass
+    order.append("first")
+    locks.release_turn_lock("serve-a")
+    thread.join(30)
+    assert order == ["first", "second"]
+    assert locks.try_turn_lock("serve-a"), "the waiting turn did not release the lock"
+    locks.release_turn_lock("serve-a")
+
+
+def test_session_stamp_moves_with_every_write_a_host_would_load(
+    store: Store, clock: FakeClock
+) -> None:
+    stamps: Any = store
+    assert stamps.session_stamp("k") is None
+    cid = store.open_conversation("k")
+    empty = stamps.session_stamp("k")
+    assert empty is not None and empty[0] == 0
+    clock.now += 1
+    stored = store.append_messages(cid, history(1), token_counts=[1, 1, 1])
+    appended = stamps.session_stamp("k")
+    assert appended is not None and appended[0] == 3 and appended != empty
+    assert stamps.session_stamp("k") == appended, "a read moved the stamp"
+    clock.now += 1
+    store.replace_context(cid, [ContextRef(kind="message", id=m.id) for m in stored])
+    assert stamps.session_stamp("k") not in (appended, None)
+    if isinstance(store, LineageStore):
+        store.alias_session("rotated", cid)
+        assert stamps.session_stamp("rotated") == stamps.session_stamp("k")

@@ -473,3 +473,37 @@ def test_a_read_only_store_creates_nothing_and_writes_nothing(pg_url: str, schem
         assert reader.search(cid, "archive").results
         with pytest.raises(StoreError):
             reader.append_messages(cid, [{"role": "user", "content": "more"}], start_seq=1)
+
+
+def test_turn_lock_serialises_two_processes_on_one_connection_each(
+    pg_url: str, schema: str
+) -> None:
+    """Two stores are two processes: a held turn refuses the other; 50 held cost one connection."""
+    with (
+        PostgresStore(pg_url, schema=schema, max_size=2) as worker_a,
+        PostgresStore(pg_url, schema=schema, max_size=2) as worker_b,
+    ):
+        assert worker_a.try_turn_lock("serve-1")
+        assert not worker_b.try_turn_lock("serve-1"), "another process took a held turn"
+        assert worker_b.try_turn_lock("serve-2")
+        keys = [f"serve-many-{i}" for i in range(50)]
+        assert all(worker_a.try_turn_lock(k) for k in keys)
+        # Other test processes may hold advisory locks: count those of these two stores only.
+        pids = [w._turn_conn.info.backend_pid for w in (worker_a, worker_b) if w._turn_conn]
+        with psycopg.connect(pg_url) as probe:
+            holders = probe.execute(
+                "SELECT pid, COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND pid = ANY(%s) GROUP BY pid ORDER BY COUNT(*) DESC",
+                (pids,),
+            ).fetchall()
+        assert [n for _pid, n in holders] == [51, 1], "turn locks take one connection per process"
+        # The pool (2 connections) is untouched by 51 held turns: the archive still serves.
+        cid = worker_a.open_conversation("serve-1")
+        assert worker_a.append_messages(cid, chat(2), token_counts=[1, 1])
+        worker_a.release_turn_lock("serve-1")
+        assert worker_b.try_turn_lock("serve-1")
+        worker_b.release_turn_lock("serve-1")
+    with PostgresStore(pg_url, schema=schema) as worker_c:
+        # Closing a store (a process that died) released every lock it held.
+        assert worker_c.try_turn_lock("serve-many-7")
+        worker_c.release_turn_lock("serve-many-7")

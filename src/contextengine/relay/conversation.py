@@ -17,18 +17,43 @@ retried the same request) takes it back out of the session's history. A
 client whose history does not start with what was accounted for (it edited
 or compacted its own history, or it is a first request) is taken as sent: its
 history replaces the session's.
+
+A conversation served by several processes (a fleet on one archive) has a
+:class:`SharedTurn` (:attr:`Conversation.shared`) that :meth:`Conversation.turn`
+enters after the conversation's own lock: the owner's cross-process lock,
+which may rebuild the host from the archive (:meth:`Conversation.adopt`)
+when another process served the session since.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.relay.wire import Message, fingerprint
 from contextengine.tokens import count_message_tokens
 
-__all__ = ["Conversation"]
+__all__ = ["Conversation", "SharedTurn"]
+
+
+class SharedTurn(Protocol):
+    """A lock beyond this process, entered for each request after the conversation's own.
+
+    Set by the conversation's owner (the proxy's fleet, :mod:`contextengine.serve.fleet`);
+    :meth:`Conversation.turn` calls :meth:`enter` before the request and
+    :meth:`leave` after it (also when the request failed or its client went away).
+    """
+
+    async def enter(self, conv: Conversation) -> None:
+        """Wait for the session's lock; make the host current. Raises: the request fails open."""
+        ...
+
+    async def leave(self, conv: Conversation) -> None:
+        """Note what the session holds now and release its lock."""
+        ...
 
 
 class Conversation:
@@ -43,10 +68,47 @@ class Conversation:
         self.key = key
         #: Held for a whole request, streaming included: one request at a time per session.
         self.lock = asyncio.Lock()
+        #: The owner's cross-process lock, entered after :attr:`lock` (None: this process only).
+        self.shared: SharedTurn | None = None
+        #: The owner's note of what the archive held after this process's last turn.
+        self.stamp: object = None
         self._seen = 0
         self._last_seen: str | None = None
         self._answer: list[Message] = []
         self._client_tokens = 0
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[BaseException | None]:
+        """Hold the session for one request: :attr:`lock`, then :attr:`shared` when set.
+
+        Yields None when held, or the exception that refused the shared lock
+        (the request then fails open: it goes upstream as the client sent it).
+        The shared lock is left even when the request is cancelled.
+        """
+        async with self.lock:
+            shared = self.shared
+            if shared is None:
+                yield None
+                return
+            try:
+                await shared.enter(self)
+            except Exception as exc:
+                yield exc
+                return
+            try:
+                yield None
+            finally:
+                # Shielded: a client that went away must not leave the session locked.
+                await asyncio.shield(asyncio.ensure_future(shared.leave(self)))
+
+    def adopt(self, host: AsyncContextHost) -> None:
+        """Serve on ``host`` (rebuilt from the archive) from now on; account for nothing sent.
+
+        Called under :meth:`turn` by the owner's shared lock. The client's
+        next history is taken as sent, as a fresh process would take it.
+        """
+        self.host = host
+        self.forget_client()
 
     @property
     def history(self) -> list[Message]:

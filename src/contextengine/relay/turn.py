@@ -184,7 +184,11 @@ class _Turn:
         self.conv.forget_client()
 
 
-async def _prepared(turn: _Turn) -> dict[str, Any] | None:
+async def _prepared(turn: _Turn, refused: BaseException | None) -> dict[str, Any] | None:
+    """The first upstream body; None when the request fails open (host failed, lock refused)."""
+    if refused is not None:
+        turn.fail_open(refused)
+        return None
     try:
         await turn.begin()
         return await turn.request(0)
@@ -204,8 +208,8 @@ async def complete_turn(
 ) -> Reply:
     """One non-streamed request: returns the upstream's answer as the client may see it."""
     turn = _Turn(conv, wire, body, actions, max_rounds)
-    async with conv.lock:
-        out = await _prepared(turn)
+    async with conv.turn() as refused:
+        out = await _prepared(turn, refused)
         if out is None:
             return await upstream.complete(body)
         round_ = 0
@@ -262,8 +266,8 @@ async def stream_turn(
     locked until the stream ends or the client goes away.
     """
     turn = _Turn(conv, wire, body, actions, max_rounds)
-    async with conv.lock:
-        out = await _prepared(turn)
+    async with conv.turn() as refused:
+        out = await _prepared(turn, refused)
         if out is None:
             async for event in upstream.stream(body):
                 yield event

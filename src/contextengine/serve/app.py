@@ -34,9 +34,10 @@ from contextengine.relay.conversation import Conversation
 from contextengine.relay.openai_wire import OpenAIWire
 from contextengine.relay.turn import MalformedUpstreamError, complete_turn, stream_turn
 from contextengine.relay.wire import StreamEvent, WireFormat
+from contextengine.serve.fleet import Fleet
 from contextengine.serve.metrics import Metrics
-from contextengine.serve.sessions import SessionCache, session_key
-from contextengine.serve.settings import ServeSettings, build_host_factory
+from contextengine.serve.sessions import SessionCache, close_engine, session_key
+from contextengine.serve.settings import ServeSettings, shared_store
 from contextengine.serve.upstream import (
     HttpUpstream,
     UpstreamHTTPError,
@@ -77,9 +78,22 @@ class _Proxy:
         self.metrics = Metrics()
         self.root = _upstream_root(settings.upstream)
         self._store_closer: Callable[[], None] | None = None
+        self.fleet: Fleet | None = None
         if host_factory is None:
-            host_factory, self._store_closer = build_host_factory(settings, self.metrics)
-        self.sessions = SessionCache(host_factory, max_sessions=settings.max_sessions)
+            host_factory, store = shared_store(settings, self.metrics)
+            if store is not None:
+                self._store_closer = store.close
+                if getattr(store, "shared_across_processes", False):
+                    # A fleet: each request waits at most as long as an upstream call may last.
+                    self.fleet = Fleet(
+                        store,
+                        host_factory,
+                        wait_s=settings.upstream_timeout + 30.0,
+                        on_close=close_engine,
+                    )
+        self.sessions = SessionCache(
+            host_factory, max_sessions=settings.max_sessions, fleet=self.fleet
+        )
         self.client: httpx.AsyncClient | None = None
 
     @contextlib.asynccontextmanager
@@ -129,7 +143,13 @@ class _Proxy:
         return JSONResponse({"status": "ok", "sessions": len(self.sessions)})
 
     async def metrics_text(self, _request: Request) -> Response:
-        text = self.metrics.render(sessions=len(self.sessions), evicted=self.sessions.evicted)
+        fleet = self.fleet
+        text = self.metrics.render(
+            sessions=len(self.sessions),
+            evicted=self.sessions.evicted,
+            resumed=fleet.resumed if fleet is not None else None,
+            contended=fleet.contended if fleet is not None else 0,
+        )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:

@@ -66,7 +66,9 @@ class Metrics:
         if actions.fail_open:
             self.engine_failures[(("error", actions.fail_open_reason),)] += 1
 
-    def render(self, *, sessions: int, evicted: int) -> str:
+    def render(
+        self, *, sessions: int, evicted: int, resumed: int | None = None, contended: int = 0
+    ) -> str:
         """The Prometheus text exposition of every figure."""
         lines: list[str] = []
 
@@ -130,4 +132,17 @@ class Metrics:
         )
         family("sessions_live", "gauge", "Sessions held in memory.", [("", sessions)])
         family("sessions_evicted_total", "counter", "Sessions ended to make room.", [("", evicted)])
+        if resumed is not None:  # a fleet (a store shared across processes)
+            family(
+                "sessions_resumed_total",
+                "counter",
+                "Sessions rebuilt from the archive because another process served them.",
+                [("", resumed)],
+            )
+            family(
+                "turn_lock_contended_total",
+                "counter",
+                "Requests that waited for a session's turn lock held by another process.",
+                [("", contended)],
+            )
         return "\n".join(lines) + "\n"

@@ -18,6 +18,12 @@ live session, at most ``max_sessions``; the least recently used idle one is
 ended (``end_session``: an archive engine stores what is left) when a new one
 needs room. A session ended that way resumes from the archive when it comes
 back (lcm), or starts over from the client's history (the compressor).
+
+With a :class:`~contextengine.serve.fleet.Fleet` (a store shared by several
+processes), every conversation enters the fleet's turn lock for each request,
+and a session ended to make room is ended only when no other process served
+it since (else its engine is just closed: the other process holds the newer
+view, and ending would store a stale one).
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.relay.conversation import Conversation
 from contextengine.relay.wire import Message
+
+if TYPE_CHECKING:
+    from contextengine.serve.fleet import Fleet
 
 __all__ = ["SessionCache", "credential_digest", "session_key"]
 
@@ -85,9 +94,14 @@ class SessionCache:
     """
 
     def __init__(
-        self, host_factory: Callable[[], AsyncContextHost], *, max_sessions: int = 256
+        self,
+        host_factory: Callable[[], AsyncContextHost],
+        *,
+        max_sessions: int = 256,
+        fleet: Fleet | None = None,
     ) -> None:
         self._factory = host_factory
+        self.fleet = fleet
         self.max_sessions = max(1, int(max_sessions))
         self._live: OrderedDict[str, Conversation] = OrderedDict()
         self._guard = asyncio.Lock()
@@ -108,9 +122,12 @@ class SessionCache:
             if conv is not None:
                 self._live.move_to_end(key)
                 return conv
+            # The stamp before the host loads: a write in between shows as a change.
+            stamp = await self.fleet.stamp(key) if self.fleet is not None else None
             host = self._factory()
             await host.start_session(key)
             conv = Conversation(host, key)
+            conv.shared, conv.stamp = self.fleet, stamp
             self._live[key] = conv
             await self._evict()
             return conv
@@ -124,18 +141,33 @@ class SessionCache:
             await self._end(conv)
             self.evicted += 1
 
+    async def _end(self, conv: Conversation) -> None:
+        fleet = self.fleet
+        if fleet is None:
+            await self._end_session(conv)
+        else:
+            # Never wait here (the cache's guard is held): a session busy elsewhere is just closed.
+            try:
+                held = await fleet.acquire(conv.key, wait_s=0)
+            except Exception as exc:
+                held = False
+                logger.warning("locking a session to end it failed: %s", type(exc).__name__)
+            if held:
+                try:
+                    if not fleet.stale(conv.stamp, await fleet.stamp(conv.key)):
+                        await self._end_session(conv)
+                except Exception as exc:
+                    logger.warning("ending session failed: %s", type(exc).__name__)
+                finally:
+                    await fleet.release(conv.key)
+        close_engine(conv.host)
+
     @staticmethod
-    async def _end(conv: Conversation) -> None:
+    async def _end_session(conv: Conversation) -> None:
         try:
             await conv.host.end_session(conv.history)
         except Exception as exc:
             logger.warning("ending session failed: %s", type(exc).__name__)
-        close = getattr(conv.host.engine, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception as exc:
-                logger.warning("closing an engine failed: %s", type(exc).__name__)
 
     async def close(self) -> None:
         """End every live session (the server is stopping)."""
@@ -143,3 +175,13 @@ class SessionCache:
             while self._live:
                 _key, conv = self._live.popitem(last=False)
                 await self._end(conv)
+
+
+def close_engine(host: AsyncContextHost) -> None:
+    """Close a dropped host's engine when it has a ``close`` (never raises: logged)."""
+    close = getattr(host.engine, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception as exc:
+            logger.warning("closing an engine failed: %s", type(exc).__name__)

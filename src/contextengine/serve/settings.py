@@ -12,7 +12,13 @@ from contextengine.registry import load_engine
 from contextengine.serve.metrics import Metrics
 from contextengine.store import open_store
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "ServeSettings", "build_host_factory"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ServeSettings",
+    "build_host_factory",
+    "shared_store",
+]
 
 logger = logging.getLogger("contextengine.serve")
 
@@ -60,11 +66,23 @@ def build_host_factory(
     engine gets the ``Store`` object, which it does not own): one SQLite
     connection, or one PostgreSQL pool, per proxy process.
     """
+    factory, store = shared_store(settings, metrics)
+    return factory, store.close if store is not None else None
+
+
+def shared_store(
+    settings: ServeSettings, metrics: Metrics
+) -> tuple[Callable[[], AsyncContextHost], Any]:
+    """:func:`build_host_factory`, with the archive itself (None without one).
+
+    The proxy closes the store when it stops, and takes its turn lock for
+    every request when the store is shared across processes
+    (``shared_across_processes``: PostgreSQL).
+    """
     options: dict[str, Any] = dict(settings.engine_options)
-    closer: Callable[[], None] | None = None
+    store: Any = None
     if settings.engine == "lcm" or settings.store:
         store = open_store(settings.store or None)
-        closer = store.close
         # lcm calls it store=, the compressor archive=; other engines get neither.
         if settings.engine == "lcm":
             options.setdefault("store", store)
@@ -78,4 +96,4 @@ def build_host_factory(
             engine, model="", context_length=settings.context_length, observers=[observer]
         )
 
-    return factory, closer
+    return factory, store

@@ -34,6 +34,7 @@ from contextengine.store.protocol import (
     SummaryRecord,
 )
 from contextengine.store.retention import plan_prune
+from contextengine.store.turn_lock import TurnLock
 
 __all__ = [
     "CONTEXT_CHARS",
@@ -338,13 +339,15 @@ def check_search(
     return limit, offset
 
 
-class StoreBase(abc.ABC):
+class StoreBase(abc.ABC, TurnLock):
     """The methods of a store whose SQL is the same in every dialect but for the parameter mark.
 
     A store subclasses it, sets :attr:`MARK` and implements :meth:`_read` (one
     read-only query), :meth:`_delete_conversations` (one transaction) and the
     methods whose SQL differs. The queries here are written with ``?`` marks
     and hold no other ``?``; :meth:`_select` turns them into the store's marks.
+    The turn lock (:class:`~contextengine.store.turn_lock.TurnLock`) is
+    in-process unless the store overrides it (PostgreSQL).
     """
 
     #: The dialect's parameter mark: ``?`` (sqlite3) or ``%s`` (psycopg).
@@ -426,6 +429,26 @@ class StoreBase(abc.ABC):
                     lineage.append(str(parent))
                     frontier.append(str(parent))
         return lineage
+
+    def session_stamp(self, session_key: str) -> tuple[int, float] | None:
+        """What ``session_key``'s conversation holds now: (message count, ``updated_at``).
+
+        None when the archive has no conversation for the key. Every write
+        that changes what a host would load (messages, context, compactions)
+        moves ``updated_at``, so a host that saw one stamp and finds another
+        knows someone else wrote since: ``contextengine serve`` compares them
+        under its turn lock to notice that another process served the session.
+        One indexed query, whatever the conversation's length (two for an alias).
+        """
+        query = (
+            "SELECT COALESCE((SELECT MAX(seq) + 1 FROM messages m WHERE m.conversation_id = c.id),"
+            " 0), c.updated_at FROM conversations c WHERE c.{} = ?"
+        )
+        rows = self._select(query.format("session_key"), (session_key,))
+        if not rows:
+            alias = self.session_alias(session_key)
+            rows = self._select(query.format("id"), (alias,)) if alias is not None else []
+        return (int(rows[0][0]), float(rows[0][1])) if rows else None
 
     def session_alias(self, session_key: str) -> str | None:
         """The conversation ``session_key`` continues (:meth:`alias_session`), or None."""
@@ -668,7 +691,7 @@ class StoreBase(abc.ABC):
             raise StoreError(f"large content {content_id} vanished after it was written")
         return stored
 
-    def sync(self) -> None:  # noqa: B027 - a store whose commits are durable needs nothing
+    def sync(self) -> None:
         """Make committed writes durable; nothing to do where every commit already is."""
 
     def delete_conversation(self, conversation_id: str) -> None:

@@ -21,6 +21,16 @@ Concurrency, for many processes and hosts writing at once:
   visible. :meth:`PostgresStore.compaction_lock` holds a session lock for a
   whole compaction (summariser calls included) when a host wants only one
   worker to compact a conversation at a time.
+* **Turns**: :meth:`PostgresStore.try_turn_lock` /
+  :meth:`PostgresStore.release_turn_lock` (and the waiting
+  :meth:`~contextengine.store.turn_lock.TurnLock.turn_lock`) hold one
+  request of a session at a time across processes (``contextengine serve``
+  in a fleet): a session advisory lock per held session, all of a process's
+  on one dedicated connection outside the pool, taken with
+  ``pg_try_advisory_lock`` (never waiting in the server; the caller polls).
+  A turn lasts a whole upstream call: holding a pooled connection for each
+  would starve the pool at a few concurrent sessions. See
+  :mod:`contextengine.store.turn_lock`.
 * **Bulk imports** (:meth:`PostgresStore.import_messages`,
   :meth:`PostgresStore.copy_messages`) take the same row lock per chunk and
   write each chunk with one ``COPY``.
@@ -41,6 +51,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -195,6 +206,7 @@ class PostgresStore(_common.StoreBase):
     """
 
     MARK = "%s"
+    shared_across_processes = True
 
     def __init__(
         self,
@@ -222,6 +234,12 @@ class PostgresStore(_common.StoreBase):
         self._clock = clock
         self._count = token_counter or _common.default_token_count
         self._regex_timeout_ms = int(regex_timeout_ms)
+        self._conninfo = conninfo
+        self._connect_timeout_s = connect_timeout_s
+        # The turn locks' connection (outside the pool) and what it holds; see try_turn_lock.
+        self._turn_mutex = threading.Lock()
+        self._turn_conn: psycopg.Connection[Any] | None = None
+        self._turns: dict[str, psycopg.Connection[Any]] = {}
         self._pool = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -671,6 +689,63 @@ class PostgresStore(_common.StoreBase):
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL archive {self.url}: compaction lock: {exc}") from exc
 
+    # ------------------------------------------------------------------ turn locks
+
+    def _turn_connection(self) -> psycopg.Connection[Any]:
+        """The connection holding this process's turn locks (opened on first use)."""
+        conn = self._turn_conn
+        if conn is None or conn.closed:
+            conn = psycopg.connect(
+                self._conninfo, autocommit=True, connect_timeout=int(self._connect_timeout_s)
+            )
+            self._turn_conn = conn
+        return conn
+
+    def _drop_turn_connection(self) -> None:
+        conn, self._turn_conn = self._turn_conn, None
+        if conn is not None:
+            conn.close()
+
+    def try_turn_lock(self, session_key: str) -> bool:
+        """Take ``session_key``'s turn lock unless a process (this one included) holds it.
+
+        One round trip, never waiting in the server. The lock is a session
+        advisory lock on this store's turn connection, one connection per
+        process whatever the number of held locks. When that connection is
+        lost, PostgreSQL releases every lock it held: the turns in flight
+        finish without it (logged by the caller as a store error on release)
+        and the next ones lock on a new connection.
+        """
+        key = _lock_key("turn", self.schema, session_key)
+        with self._turn_mutex:
+            if session_key in self._turns:
+                return False  # advisory locks are re-entrant per connection: refuse it here
+            try:
+                conn = self._turn_connection()
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+                ).fetchone()
+            except psycopg.Error as exc:
+                self._drop_turn_connection()
+                raise StoreError(f"PostgreSQL archive {self.url}: turn lock: {exc}") from exc
+            if row and row[0]:
+                self._turns[session_key] = conn
+                return True
+            return False
+
+    def release_turn_lock(self, session_key: str) -> None:
+        """Release a turn lock :meth:`try_turn_lock` took (a key not held: nothing happens)."""
+        key = _lock_key("turn", self.schema, session_key)
+        with self._turn_mutex:
+            conn = self._turns.pop(session_key, None)
+            if conn is None or conn is not self._turn_conn or conn.closed:
+                return  # its connection is gone, and the lock with it
+            try:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+            except psycopg.Error as exc:
+                self._drop_turn_connection()  # which releases whatever it held
+                raise StoreError(f"PostgreSQL archive {self.url}: turn unlock: {exc}") from exc
+
     # ------------------------------------------------------------------ large contents
 
     def put_large_content(
@@ -829,5 +904,8 @@ class PostgresStore(_common.StoreBase):
             }
 
     def close(self) -> None:
-        """Close the pool (and its connections); further calls raise :class:`StoreError`."""
+        """Close the pool and the turn connection; further calls raise :class:`StoreError`."""
+        with self._turn_mutex:
+            self._turns.clear()
+            self._drop_turn_connection()
         self._pool.close()

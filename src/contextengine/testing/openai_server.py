@@ -33,6 +33,13 @@ next item). When the script is empty the ``responder`` callable answers, then
 ``default_reply``; with neither, the server answers 500 "script exhausted" so
 that a test asking more than it scripted fails loudly.
 
+A streamed reply can be paced: ``add_reply(..., stream_delay_s=0.01)`` pauses
+between events, and ``add_reply(..., hold_last_chunk=event)`` sends every
+event but the last and waits for ``event`` (a :class:`threading.Event` the
+test sets, or the server closing): a client that sees the first content
+before it sets the event proves nothing between it and the server buffered
+the stream.
+
 Replies carry a realistic ``usage``: prompt tokens counted on the request's
 messages with :func:`contextengine.tokens.count_message_tokens` and completion
 tokens on the reply, unless the script gives one. A reply with tool calls has
@@ -99,6 +106,8 @@ class _Reply:
     usage: dict[str, Any] | None = None
     reasoning: str | None = None
     completion: dict[str, Any] | None = None  # a full body from a responder, sent as is
+    stream_delay_s: float = 0.0
+    hold_last_chunk: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +237,8 @@ class ScriptedOpenAIServer:
         usage: Mapping[str, Any] | None = None,
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         reasoning: str | None = None,
+        stream_delay_s: float = 0.0,
+        hold_last_chunk: threading.Event | None = None,
     ) -> None:
         """Queue an assistant answer.
 
@@ -235,6 +246,14 @@ class ScriptedOpenAIServer:
         ``{"name": ..., "arguments": dict | str, "id": optional}``; missing ids
         become ``call_scripted_N``. ``reasoning`` is returned as
         ``reasoning_content``. ``usage`` replaces the computed usage.
+
+        When the reply is streamed (either format), ``stream_delay_s`` pauses
+        before every event after the first, and ``hold_last_chunk`` holds the
+        last event (OpenAI: the last ``data:`` chunk before ``[DONE]``;
+        Anthropic: ``message_stop``) until the test sets it or the server
+        closes: everything before it is sent and flushed, so a client that
+        sees the first content before setting it proves the stream was not
+        buffered on the way.
         """
         calls = [self._tool_call(call) for call in tool_calls] if tool_calls else None
         self._push(
@@ -243,6 +262,8 @@ class ScriptedOpenAIServer:
                 tool_calls=calls,
                 usage=dict(usage) if usage is not None else None,
                 reasoning=reasoning,
+                stream_delay_s=float(stream_delay_s),
+                hold_last_chunk=hold_last_chunk,
             )
         )
 
@@ -348,6 +369,17 @@ class ScriptedOpenAIServer:
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless the server closes first; True when still open."""
         return not self._closing.wait(seconds) if seconds > 0 else True
+
+    def _pace(self, reply: _Reply, index: int, count: int) -> bool:
+        """Wait before streamed event ``index`` of ``count`` as ``reply`` asks; True when open."""
+        if index and not self._wait(reply.stream_delay_s):
+            return False
+        gate = reply.hold_last_chunk
+        if gate is not None and index == count - 1:
+            while not gate.wait(0.05):
+                if self._closing.is_set():
+                    return False
+        return True
 
     def _completion_id(self) -> str:
         with self._lock:
@@ -538,7 +570,7 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(item, _Reply) and item.completion is None:
                 message = server._message(body, item)
                 if body.get("stream"):
-                    self._stream_events(anthropic_events(message))
+                    self._stream_events(anthropic_events(message), item)
                 else:
                     self._send(200, message)
             elif isinstance(item, _Error) and item.body is None:
@@ -550,13 +582,16 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._serve(body, item)
 
-        def _stream_events(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        def _stream_events(self, events: list[tuple[str, dict[str, Any]]], reply: _Reply) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for name, data in events:
+            self.wfile.flush()
+            for index, (name, data) in enumerate(events):
+                if not server._pace(reply, index, len(events)):
+                    break
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
             self.close_connection = True
@@ -574,17 +609,21 @@ def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:
             elif item.completion is not None:
                 self._send(200, item.completion)
             elif body.get("stream"):
-                self._stream(server._chunks(body, item))
+                self._stream(server._chunks(body, item), item)
             else:
                 self._send(200, server._completion(body, item))
 
-        def _stream(self, chunks: list[dict[str, Any]]) -> None:
+        def _stream(self, chunks: list[dict[str, Any]], reply: _Reply) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for data in chunks:
+            self.wfile.flush()
+            for index, data in enumerate(chunks):
+                if not server._pace(reply, index, len(chunks)):
+                    self.close_connection = True
+                    return
                 self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
