@@ -53,8 +53,8 @@ out stops and is reported as such.
 
 Run: ``PYTHONPATH=src python benchmarks/serve.py [--sessions 50] [--turns 40]
 [--context-length 4000] [--engines lcm,compressor] [--tool-share 0.1]``.
-``benchmarks/run_all.py`` runs it at 50 sessions × 20 turns (``--quick``:
-10 × 10).
+``benchmarks/run_all.py`` runs it at 50 sessions × 40 turns (``--quick``:
+10 × 10), then each engine with one session alone (no queue in the proxy).
 """
 
 from __future__ import annotations
@@ -242,7 +242,11 @@ def start_upstream() -> tuple[Any, str]:
     return process, process.stdout.readline().strip()
 
 
-def start_proxy(upstream: str, engine: str, context_length: int, store: str) -> tuple[Any, str]:
+def start_proxy(
+    upstream: str, engine: str, context_length: int, store: str, log: Path | None = None
+) -> tuple[Any, str]:
+    """``contextengine serve`` in a process of its own; its log goes to ``log`` (a file, never
+    a pipe nobody reads: a full pipe would block the proxy mid-request)."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     process = subprocess.Popen(
@@ -254,14 +258,15 @@ def start_proxy(upstream: str, engine: str, context_length: int, store: str) -> 
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log.open("w") if log is not None else subprocess.DEVNULL,
         text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the proxy exited: {process.communicate()[1][-2000:]}")
+            said = log.read_text()[-2000:] if log is not None else "(no log)"
+            raise RuntimeError(f"the proxy exited: {said}")
         try:
             if httpx.get(url + "/healthz").status_code == 200:
                 return process, url
@@ -329,7 +334,8 @@ def _proxied(
     # lcm archives to a file as a user's would; the compressor runs without an archive.
     store = str(Path(tmp) / "archive.db") if engine == "lcm" else ""
     upstream_pid, upstream = upstream_server
-    process, url = start_proxy(upstream, engine, context_length, store)
+    log = Path(tmp) / "proxy.log"
+    process, url = start_proxy(upstream, engine, context_length, store, log)
     try:
         cpu_before = _cpu_seconds(process.pid)
         upstream_before = _cpu_seconds(upstream_pid)
@@ -343,6 +349,8 @@ def _proxied(
     finally:
         process.terminate()
         process.communicate(timeout=60)
+    # What the proxy said, when a request failed: the first place to look.
+    said = log.read_text(errors="replace").strip().splitlines() if proxied.errors else []
     count = _metric(metrics, "contextengine_serve_engine_seconds_count")
     return {
         "direct": direct,
@@ -356,6 +364,7 @@ def _proxied(
         "tokens_received": _metric(metrics, "contextengine_serve_prompt_tokens_received_total"),
         "tokens_sent": _metric(metrics, "contextengine_serve_prompt_tokens_sent_total"),
         "rss_mib": rss,
+        "proxy_log": said[-12:],
         "cpu_ms": 1000 * cpu / max(1, len(proxied.latencies)),
         "sessions": sessions,
         "turns": turns,
@@ -399,6 +408,7 @@ def table(figures: dict[str, Any]) -> str:
         *_recall_lines(figures),
         f"- proxy peak RSS (VmHWM): {figures['rss_mib']:.0f} MiB",
         *(f"- error: {n} × {kind}" for kind, n in {**direct.kinds, **proxy.kinds}.items()),
+        *(f"- proxy log: `{line[:300]}`" for line in figures.get("proxy_log", [])),
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}, load average "
         f"{figures['load'][0]:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, "
@@ -450,10 +460,48 @@ def run(
         timeout=timeout,
         tool_share=tool_share,
     )
-    text = "\n\n".join(table(figures) for figures in results)
-    if _failed(results):
+    # One session alone: what the proxy adds to a request when nothing queues behind it.
+    alone = measure(
+        1, turns, context_length=context_length, engines=engines, timeout=timeout, tool_share=0.0
+    )
+    text = "\n\n".join([*(table(figures) for figures in results), _alone_table(alone), _INCLUDES])
+    if _failed(results) or _failed(alone):
         raise RuntimeError("the serve benchmark had errors or timed out:\n" + text)
     return text
+
+
+_INCLUDES = (
+    "What the figures include: a latency is the wall time from sending a request to the "
+    "parsed answer, over loopback, with an upstream that answers at once (a real model's "
+    "seconds come on top, and make the proxy's share smaller). Added latency is through "
+    "the proxy minus direct: the extra HTTP hop, the session lock, ingest, compaction, the "
+    "engine's view and re-serialisation, and under load the time a request waits behind the "
+    "others in the proxy's one process (at 50 concurrent sessions that queue is most of it: "
+    "the proxy's CPU per request times the requests ahead). The proxy's CPU per request is "
+    "the cost that does not depend on the load. Recall turns add a second upstream call and "
+    "an archive search. No streaming in this load."
+)
+
+
+def _alone_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "One session alone (1 × the same turns, no recall turns): no queue in the proxy.",
+        "",
+        "| engine | direct p50 / p99 ms | proxy p50 / p99 ms | added p50 / p99 ms "
+        "| proxy CPU per request ms | errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for figures in results:
+        direct: Phase = figures["direct"]
+        proxy: Phase = figures["proxy"]
+        added = (proxy.pct(0.5) - direct.pct(0.5), proxy.pct(0.99) - direct.pct(0.99))
+        lines.append(
+            f"| {figures['engine']} | {direct.pct(0.5):.1f} / {direct.pct(0.99):.1f} "
+            f"| {proxy.pct(0.5):.1f} / {proxy.pct(0.99):.1f} "
+            f"| {added[0]:+.1f} / {added[1]:+.1f} "
+            f"| {figures['cpu_ms']:.2f} | {direct.errors + proxy.errors} |"
+        )
+    return "\n".join(lines)
 
 
 def _failed(results: list[dict[str, Any]]) -> bool:

@@ -50,3 +50,4 @@ def test_run_all_runs_the_serve_benchmark() -> None:
     arguments = {"sessions": 2, "turns": 10, "engines": ("lcm",), "timeout": 60.0}
     text, _seconds = run_all.run_benchmark("serve", quick=False, arguments=arguments)
     assert "| errors | 0 | 0 |" in text and "engine lcm" in text
+    assert "One session alone" in text and "| lcm |" in text

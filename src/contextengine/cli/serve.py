@@ -75,7 +75,7 @@ def serve(
         from contextengine.serve.app import create_app
     except ImportError as exc:
         raise click.ClickException(f"{_MISSING_EXTRA} ({exc.name} is missing)") from None
-    from contextengine.serve.settings import ServeSettings
+    from contextengine.serve.settings import KEEP_ALIVE_S, ServeSettings
 
     config = resolve_config(
         engine=engine,
@@ -113,6 +113,7 @@ def serve(
         host=bind_host,
         port=bind_port,
         log_level=log_level,
+        timeout_keep_alive=KEEP_ALIVE_S,
         # uvicorn's access log prints paths and client addresses, never bodies or headers.
         access_log=log_level == "debug",
     )

@@ -21,7 +21,7 @@ import uvicorn
 
 from contextengine.async_host import AsyncContextHost
 from contextengine.serve.app import create_app
-from contextengine.serve.settings import DEFAULT_HOST, ServeSettings
+from contextengine.serve.settings import DEFAULT_HOST, KEEP_ALIVE_S, ServeSettings
 
 __all__ = ["ProxyServer"]
 
@@ -44,7 +44,13 @@ class ProxyServer:
         sock.bind((host, port))
         self._sock = sock
         self._host = host
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="ProxyServer", daemon=True
