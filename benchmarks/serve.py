@@ -249,18 +249,20 @@ def start_proxy(
     a pipe nobody reads: a full pipe would block the proxy mid-request)."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "contextengine", "serve", "--upstream", upstream,
-            "--port", str(port), "--engine", engine, "--context-length", str(context_length),
-            "--log-level", "warning", "--max-sessions", "1000",
-            *(["--store", store] if store else []),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w") if log is not None else subprocess.DEVNULL,
-        text=True,
-    )  # fmt: skip
+    # The child keeps its own descriptor of the log; ours is closed once it started.
+    with log.open("w") if log is not None else open(os.devnull, "w") as err:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "contextengine", "serve", "--upstream", upstream,
+                "--port", str(port), "--engine", engine, "--context-length", str(context_length),
+                "--log-level", "warning", "--max-sessions", "1000",
+                *(["--store", store] if store else []),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
