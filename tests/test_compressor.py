@@ -33,7 +33,10 @@ Message = dict[str, Any]
 
 
 def engine(**kwargs: Any) -> ContextCompressor:
+    # The compressor's own rules, without an archive (whose defaults differ:
+    # tests/test_compressor_archive.py).
     kwargs.setdefault("context_length", 16_000)
+    kwargs.setdefault("archive", False)
     return ContextCompressor(**kwargs)
 
 
@@ -45,7 +48,7 @@ def summaries(messages: list[Message]) -> list[Message]:
 
 
 def test_defaults_follow_the_context_length() -> None:
-    e = ContextCompressor(context_length=100_000)
+    e = ContextCompressor(context_length=100_000, archive=False)
     assert e.name == "compressor"
     assert e.threshold_tokens == 75_000
     assert e.tail_token_budget == 15_000
@@ -67,14 +70,19 @@ def test_summary_budget_is_bounded(context_length: int, budget: int) -> None:
 
 
 def test_explicit_budgets_survive_a_model_switch() -> None:
-    e = ContextCompressor(context_length=100_000, tail_token_budget=777, summary_token_budget=1_234)
+    e = ContextCompressor(
+        context_length=100_000, tail_token_budget=777, summary_token_budget=1_234, archive=False
+    )
     e.update_model("other", 50_000)
     assert (e.tail_token_budget, e.summary_token_budget, e.threshold_tokens) == (777, 1_234, 37_500)
 
 
 def test_model_thresholds_apply_by_substring() -> None:
     e = ContextCompressor(
-        context_length=100_000, model="gpt-4o-mini", model_thresholds={"gpt-4o": 0.5}
+        context_length=100_000,
+        model="gpt-4o-mini",
+        model_thresholds={"gpt-4o": 0.5},
+        archive=False,
     )
     assert e.threshold_tokens == 50_000
     e.update_model("llama", 100_000)

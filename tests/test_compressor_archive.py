@@ -370,13 +370,22 @@ def test_the_end_of_a_compacted_session_is_archived_too(sqlite_path: Path) -> No
 
 def test_an_archive_makes_the_compressor_compact_earlier_and_keep_less() -> None:
     # What a recoverable compressor removes can be searched back: its defaults
-    # come from the cost-against-recall sweep (docs/design.md).
-    plain, recoverable = compressor(None), compressor(":memory:")
+    # come from the cost-against-recall sweep (docs/design.md), from a 32K window up.
+    plain = compressor(False, context_length=128_000)
+    recoverable = compressor(":memory:", context_length=128_000)
     assert (plain.threshold_percent, plain.target_percent) == (0.75, 0.5)
     assert (recoverable.threshold_percent, recoverable.target_percent) == (0.6, 0.2)
     assert recoverable.threshold_tokens < plain.threshold_tokens
     assert recoverable.target_tokens < plain.target_tokens
+    # A small window keeps the plain defaults: head and tail would fill 60%.
+    small = compressor(":memory:", context_length=8_000)
+    assert (small.threshold_percent, small.target_percent) == (0.75, 0.5)
+    # ... and a model switch re-derives them; given values never move.
+    small.update_model("gpt-4o", 128_000)
+    assert (small.threshold_percent, small.target_percent) == (0.6, 0.2)
+    assert small.threshold_tokens == recoverable.threshold_tokens
     chosen = compressor(":memory:", threshold_percent=0.8, target_percent=0.4)
+    chosen.update_model("gpt-4o", 128_000)
     assert (chosen.threshold_percent, chosen.target_percent) == (0.8, 0.4)
-    recoverable.close()
-    chosen.close()
+    for engine in (recoverable, small, chosen):
+        engine.close()

@@ -31,6 +31,7 @@ Message = dict[str, Any]
 
 
 def engine(summarizer: Any, clock: FakeClock | None = None, **kwargs: Any) -> ContextCompressor:
+    kwargs.setdefault("archive", False)  # the plain compressor's budgets
     return ContextCompressor(
         context_length=16_000, summarizer=summarizer, clock=clock or FakeClock(), **kwargs
     )

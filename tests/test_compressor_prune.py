@@ -157,7 +157,7 @@ def test_proactive_pruning_returns_the_same_list_when_not_worth_it(
 def test_pass_one_keeps_user_and_assistant_prose() -> None:
     convo = [system(), user("task"), assistant("plan " * 200)]
     convo += coding_session(turns=8)[1:]
-    e = ContextCompressor(context_length=16_000)
+    e = ContextCompressor(context_length=16_000, archive=False)  # the plain pass-1 target
     out = e.compress(convo)
     assert e.last_compression is not None and e.last_compression.reason == "pruned"
     assert [m.get("content") for m in out if m["role"] in ("user", "assistant")] == [

@@ -44,7 +44,9 @@ class CountingSummarizer:
 
 
 def compressor(summarizer: CountingSummarizer, context_length: int = 4_000) -> ContextEngine:
-    return ContextCompressor(context_length=context_length, model="gpt-4o", summarizer=summarizer)
+    return ContextCompressor(
+        context_length=context_length, model="gpt-4o", summarizer=summarizer, archive=False
+    )
 
 
 def lossless(summarizer: CountingSummarizer, context_length: int = 4_000) -> ContextEngine:

@@ -37,6 +37,7 @@ def _compressor(min_users: int) -> ContextEngine:
         tail_token_budget=300,
         protect_last_n=2,
         min_tail_user_messages=min_users,
+        archive=False,  # the plain compressor's tail budget
     )
 
 

@@ -19,6 +19,8 @@ EngineFactory = Callable[..., ContextEngine]
 
 
 def _compressor(**options: Any) -> ContextEngine:
+    # The threshold rule at the plain compressor's 75% (an archive's default is 60%).
+    options.setdefault("archive", False)
     return ContextCompressor(model="gpt-4o", **options)
 
 

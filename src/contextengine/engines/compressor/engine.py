@@ -111,6 +111,8 @@ PLAIN_TARGET = 0.5
 #: Claude Code sessions (benchmarks/tradeoff.py; docs/design.md).
 RECOVERABLE_THRESHOLD = 0.6
 RECOVERABLE_TARGET = 0.2
+#: The smallest window the recoverable defaults apply to (see ``_percents``).
+RECOVERABLE_MIN_WINDOW = 32_000
 
 #: ``prune_tool_results_only`` commits only when it reclaims at least this many tokens.
 MIN_PRUNE_RECLAIM_TOKENS = 4_096
@@ -183,10 +185,10 @@ class ContextCompressor(RecoverableEngine):
     * ``target_tokens``: ``target_percent`` of ``threshold_tokens`` — pass 1
       alone is enough when it brings the conversation under this;
     * ``threshold_percent`` / ``target_percent``: 75% / 50% without an archive,
-      60% / 20% with one (:data:`RECOVERABLE_THRESHOLD`: what a recoverable
-      compressor removes can be searched back, so it compacts earlier and keeps
-      less; the defaults come from the cost-against-recall sweep in
-      docs/benchmarks.md);
+      60% / 20% with one from a 32,000-token window up
+      (:data:`RECOVERABLE_THRESHOLD`: what a recoverable compressor removes can
+      be searched back, so it compacts earlier and keeps less; the defaults
+      come from the cost-against-recall sweep in docs/benchmarks.md);
     * ``summarizer``: :class:`~contextengine.DeterministicSummarizer` (offline).
 
     ``main_summarizer`` (the main model's, or None) is asked once when
@@ -250,11 +252,11 @@ class ContextCompressor(RecoverableEngine):
         # recoverable compressor can be searched back, so it compacts earlier
         # and keeps a smaller tail (docs/design.md, "Defaults from the trade-off").
         self._init_archive(archive, redact_at_rest)
-        recoverable = self._archive is not None
-        if threshold_percent is None:
-            threshold_percent = RECOVERABLE_THRESHOLD if recoverable else PLAIN_THRESHOLD
-        if target_percent is None:
-            target_percent = RECOVERABLE_TARGET if recoverable else PLAIN_TARGET
+        #: Decided once: an archive that fails later does not move the thresholds.
+        self._recoverable_defaults = self._archive is not None
+        self._threshold_percent_setting = threshold_percent
+        self._target_percent_setting = target_percent
+        threshold_percent, target_percent = self._percents(int(context_length))
         if not 0 < threshold_percent <= 1:
             raise ValueError(f"threshold_percent must be in (0, 1], got {threshold_percent!r}")
         if not 0 < target_percent <= 1:
@@ -300,6 +302,24 @@ class ContextCompressor(RecoverableEngine):
         self.target_tokens = 0
         self.update_model(model, context_length)
 
+    def _percents(self, context_length: int) -> tuple[float, float]:
+        """``threshold_percent`` and ``target_percent``: as given, else the defaults.
+
+        With an archive, from a window of :data:`RECOVERABLE_MIN_WINDOW` up: 60% / 20%
+        (compact earlier, keep less: what leaves is one search away). Below it,
+        or without an archive, 75% / 50%: in a small window the protected head
+        and tail fill most of 60%, and an earlier compaction has too little
+        between them to summarise.
+        """
+        early = self._recoverable_defaults and context_length >= RECOVERABLE_MIN_WINDOW
+        threshold = self._threshold_percent_setting
+        target = self._target_percent_setting
+        if threshold is None:
+            threshold = RECOVERABLE_THRESHOLD if early else PLAIN_THRESHOLD
+        if target is None:
+            target = RECOVERABLE_TARGET if early else PLAIN_TARGET
+        return threshold, target
+
     @property
     def name(self) -> str:
         return "compressor"
@@ -340,6 +360,10 @@ class ContextCompressor(RecoverableEngine):
         if model != self.model:
             self.failure_policy.reset()
             self._pending_rough = self._rough_at_usage = None
+        # The default percents depend on the window (see _percents); given ones never move.
+        threshold_percent, self.target_percent = self._percents(int(context_length))
+        if self._threshold_percent_setting is None:
+            self._configured_threshold_percent = threshold_percent
         super().update_model(model, context_length, base_url, api_key, provider, api_mode)
         threshold = self.threshold_tokens
         self.tail_token_budget = (
