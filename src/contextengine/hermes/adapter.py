@@ -71,15 +71,21 @@ def _forwarded(field: str) -> property:
     return property(get, set_, doc=f"Our engine's ``{field}``, read and written by Hermes.")
 
 
+def hermes_class(module_name: str, name: str) -> Any:
+    """``module_name.name`` from the installed Hermes; HermesUnavailableError without it.
+
+    Returns what the module holds (None when it has no ``name``): callers check its shape.
+    """
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HermesUnavailableError("hermes-agent", f"cannot import {module_name}: {exc}") from exc
+    return getattr(module, name, None)
+
+
 def hermes_abc() -> type:
     """Hermes's ``agent.context_engine.ContextEngine``; HermesUnavailableError without it."""
-    try:
-        module = importlib.import_module("agent.context_engine")
-    except ImportError as exc:
-        raise HermesUnavailableError(
-            "hermes-agent", f"cannot import agent.context_engine: {exc}"
-        ) from exc
-    found = getattr(module, "ContextEngine", None)
+    found = hermes_class("agent.context_engine", "ContextEngine")
     if not isinstance(found, type):
         raise HermesUnavailableError("hermes-agent", "agent.context_engine has no ContextEngine")
     return found

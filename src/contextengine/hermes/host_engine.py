@@ -38,7 +38,7 @@ from typing import Any
 
 from contextengine.engine import ContextEngine, call_with_supported_kwargs, sanitize_memory_context
 from contextengine.errors import EngineLoadError, HermesUnavailableError
-from contextengine.hermes.adapter import hermes_abc
+from contextengine.hermes.adapter import hermes_abc, hermes_class
 from contextengine.hermes.mapping import TOKEN_FIELDS, wrapped_tool_schema
 from contextengine.redact import redact_messages
 from contextengine.summary_prompt import render_summary_prompt
@@ -130,13 +130,7 @@ def _routed_summary(
 
 def _routed_compressor_class() -> type:
     """Hermes's ContextCompressor with its summary call routed to our summariser."""
-    try:
-        module = importlib.import_module("agent.context_compressor")
-    except ImportError as exc:
-        raise HermesUnavailableError(
-            "hermes-agent", f"cannot import agent.context_compressor: {exc}"
-        ) from exc
-    base = getattr(module, "ContextCompressor", None)
+    base = hermes_class("agent.context_compressor", "ContextCompressor")
     needed = ("_generate_summary", "_compute_summary_budget", "_with_summary_prefix")
     if not isinstance(base, type) or not all(hasattr(base, n) for n in needed):
         raise HermesUnavailableError(
