@@ -43,12 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from contextengine.formats import Session, load_sessions
+from contextengine.host import ContextHost
 from contextengine.replay.cost import PRESETS, Price
-from contextengine.replay.loop import compare_sessions, trace_stats
+from contextengine.replay.loop import build_engine, compare_sessions, trace_stats
 from contextengine.replay.recall import Tally, eval_transcript
+from contextengine.replay.trace import DEFAULT_MODEL
 from contextengine.summarizers import DeterministicSummarizer
 from contextengine.summary_request import SummaryRequest
 from contextengine.tokens import count_message_tokens, count_tokens
+from contextengine.window import count_schemas
 
 __all__ = ["SETTINGS", "run"]
 
@@ -130,9 +133,13 @@ class Point:
     anchors: Tally = field(default_factory=Tally)
     seconds: float = 0.0
 
+    #: The engine's own tool schemas (lcm_grep ...) that every request carries.
+    tools_cost: float = 0.0
+    tool_tokens: int = 0
+
     @property
     def total(self) -> float:
-        return self.cost + self.summary_cost
+        return self.cost + self.summary_cost + self.tools_cost
 
     def share(self, tally: Tally, name: str) -> float:
         value = tally.shares()[name]
@@ -156,8 +163,16 @@ def _measure(
         (comparison,) = compare_sessions(
             [session], [engine], context_length=WINDOW, options={engine: run_options}
         )
-        stats = trace_stats(comparison.traces[engine], price)
+        trace = comparison.traces[engine]
+        stats = trace_stats(trace, price)
         point.cost += stats["cost"]
+        # The schemas sit before the system prompt, so a compaction keeps them
+        # cached: written once per session, read from the cache on every request.
+        point.tool_tokens = _engine_tool_tokens(engine, options)
+        point.tools_cost += (
+            point.tool_tokens * (price.cache_write or price.input)
+            + point.tool_tokens * price.cached * max(0, len(trace.requests) - 1)
+        ) / 1_000_000
         point.compactions += stats["compactions"]
         point.summarizer_calls += counter.calls
         point.summary_cost += (
@@ -173,6 +188,18 @@ def _measure(
                 point.identifiers.add(tally)
     point.seconds = time.perf_counter() - started
     return point
+
+
+def _engine_tool_tokens(engine: str, options: Mapping[str, Any]) -> int:
+    """Tokens of the tool schemas the engine adds to every request (0 without tools)."""
+    built = build_engine(engine, context_length=WINDOW, model=DEFAULT_MODEL, options=options)
+    try:
+        host = ContextHost(built, model=DEFAULT_MODEL, context_length=WINDOW)
+        return count_schemas(host.tool_schemas(), DEFAULT_MODEL)
+    finally:
+        close = getattr(built, "close", None)
+        if callable(close):
+            close()
 
 
 def _claude_code(sessions: Sequence[Session], price: Price) -> Point:
@@ -204,21 +231,22 @@ def _pct(value: float) -> str:
 
 def _table(points: Sequence[Point], recorded: Point, baseline_cost: float) -> str:
     lines = [
-        "| setting | compactions | cost (cost model) | summary calls (estimate) | cost with "
-        "summaries | identifiers | closed-book | recoverable | all anchors recoverable "
-        "| target | seconds |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
-        f"| baseline (no management) | 0 | ${baseline_cost:.2f} | – | ${baseline_cost:.2f} "
+        "| setting | compactions | cost (cost model) | summary calls (estimate) | engine tool "
+        "schemas | cost with both | identifiers | closed-book | recoverable | all anchors "
+        "recoverable | target | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        f"| baseline (no management) | 0 | ${baseline_cost:.2f} | – | – | ${baseline_cost:.2f} "
         "| – | – | – | – | – | – |",
         f"| {recorded.label} | {recorded.compactions} | ${recorded.cost:.2f} "
-        f"| ${recorded.summary_cost:.2f} | ${recorded.total:.2f} | – | – | – | – | – | – |",
+        f"| ${recorded.summary_cost:.2f} | – | ${recorded.total:.2f} | – | – | – | – | – | – |",
     ]
     for p in points:
         recoverable = p.share(p.identifiers, "recoverable")
         meets = p.cost <= recorded.cost and recoverable >= RECALL_TARGET
         lines.append(
             f"| {p.label} | {p.compactions} | ${p.cost:.2f} | ${p.summary_cost:.2f} "
-            f"| ${p.total:.2f} | {p.identifiers.questions:,} "
+            f"| ${p.tools_cost:.2f} ({p.tool_tokens:,} tokens) | ${p.total:.2f} "
+            f"| {p.identifiers.questions:,} "
             f"| {_pct(p.share(p.identifiers, 'closed_book'))} | **{_pct(recoverable)}** "
             f"| {_pct(p.share(p.anchors, 'recoverable'))} | {'meets' if meets else '–'} "
             f"| {p.seconds:.0f} |"
@@ -332,6 +360,11 @@ def run(data: Path = DATA, quick: bool = False, chart: Path | None = CHART) -> s
         "summariser would be sent and the output rate for the summary written; Claude Code's "
         "at the cached rate for its context at the boundary (its compaction request reuses "
         "the conversation as a cached prefix) and the output rate for its recorded summary. "
+        "Engine tool schemas: the lcm_grep / lcm_describe / lcm_expand schemas an engine with "
+        "an archive adds to every request (not in the replay's prompt count), written to the "
+        "cache once per session and read from it on every later request (they precede the "
+        "system prompt, so a compaction keeps them cached); Claude Code's own tools are in "
+        "none of the rows. "
         "Identifiers: the paths, URLs, ids and error names of the messages that left the "
         "context (not in a message that stayed); closed-book: verbatim in the final context; "
         "recoverable: closed-book or found by one lcm_grep (the four words on each side) in "
